@@ -1,0 +1,1 @@
+"""cuca: one request type and one typed stream for every LLM backend, on trio."""

@@ -1,0 +1,1 @@
+"""Tools for testing code built on cuca: a replay server and Hypothesis strategies."""

@@ -1,0 +1,421 @@
+"""The unified types: one request shape in, one stream of typed blocks out.
+
+These are the narrowest shapes every backend agrees on. They know nothing about any
+vendor's JSON: every remaining difference lives in a provider adapter. All classes are
+frozen; the fluent helpers on :class:`UnifiedRequest` return new instances.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, TypeAlias
+
+import attrs
+
+__all__ = [
+    "AnthropicThinkingParams",
+    "Block",
+    "GeminiThinkingParams",
+    "ImageBase64",
+    "MessageRole",
+    "OpenAiThinkingParams",
+    "PromptCache",
+    "PromptCacheUsage",
+    "ProviderEndpoint",
+    "Text",
+    "Thinking",
+    "ThinkingConfig",
+    "ThinkingEffort",
+    "ThinkingParams",
+    "TokenUsage",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolResult",
+    "UnifiedMessage",
+    "UnifiedRequest",
+    "UnifiedResponse",
+]
+
+
+@attrs.frozen(repr=False)
+class ProviderEndpoint:
+    """Which backend a client talks to.
+
+    The built-in endpoints are class attributes (``ProviderEndpoint.OPENAI``...).
+    ``ProviderEndpoint.custom(name)`` names a gateway cuca has no adapter for; dispatching
+    it always fails with a :class:`~cuca.errors.ConfigurationError`, because guessing its
+    protocol would send a malformed request to a real server.
+    """
+
+    kind: str
+    custom_name: str = ""
+
+    OPENAI: ClassVar[ProviderEndpoint]
+    ANTHROPIC: ClassVar[ProviderEndpoint]
+    GOOGLE_GEMINI: ClassVar[ProviderEndpoint]
+    DEEPSEEK: ClassVar[ProviderEndpoint]
+    LLAMA_CPP: ClassVar[ProviderEndpoint]
+    VLLM: ClassVar[ProviderEndpoint]
+    LM_STUDIO: ClassVar[ProviderEndpoint]
+    LOCAL: ClassVar[ProviderEndpoint]
+    BUILTIN: ClassVar[tuple[str, ...]] = (
+        "openai",
+        "anthropic",
+        "google_gemini",
+        "deepseek",
+        "llama_cpp",
+        "vllm",
+        "lm_studio",
+        "local",
+    )
+
+    @classmethod
+    def custom(cls, name: str) -> ProviderEndpoint:
+        """A named endpoint with no adapter: it always fails to dispatch."""
+        return cls("custom", name)
+
+    @classmethod
+    def parse(cls, value: str) -> ProviderEndpoint:
+        """The endpoint named by ``value`` (``"openai"``, ``"llama_cpp"``, ``"custom:x"``)."""
+        key = value.strip().lower().replace("-", "_")
+        aliases = {"gemini": "google_gemini", "llamacpp": "llama_cpp", "lmstudio": "lm_studio"}
+        key = aliases.get(key, key)
+        if key.startswith("custom:"):
+            return cls.custom(value.split(":", 1)[1])
+        if key not in cls.BUILTIN:
+            raise ValueError(f"unknown provider {value!r}")
+        return cls(key)
+
+    @property
+    def is_custom(self) -> bool:
+        return self.kind == "custom"
+
+    def __str__(self) -> str:
+        return f"custom:{self.custom_name}" if self.is_custom else self.kind
+
+    def __repr__(self) -> str:
+        if self.is_custom:
+            return f"ProviderEndpoint.custom({self.custom_name!r})"
+        return f"ProviderEndpoint.{self.kind.upper()}"
+
+
+for _kind in ProviderEndpoint.BUILTIN:
+    setattr(ProviderEndpoint, _kind.upper(), ProviderEndpoint(_kind))
+
+
+class MessageRole(enum.Enum):
+    """Who speaks a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+# -- content blocks ------------------------------------------------------------------
+
+
+@attrs.frozen
+class Text:
+    """A piece of answer text.
+
+    In a stream each Text is a delta to append. ``signature`` carries opaque provider
+    data that arrived on this part (a Gemini ``thoughtSignature``, even on an empty text
+    part), replayed only to ``provider``.
+    """
+
+    text: str
+    signature: str | None = None
+    provider: ProviderEndpoint | None = None
+
+
+@attrs.frozen
+class ImageBase64:
+    """An image sent to the model, base64-encoded (``data``), with its MIME type."""
+
+    media_type: str
+    data: str
+
+
+@attrs.frozen
+class Thinking:
+    """Reasoning text.
+
+    ``signature`` is the opaque proof some providers attach (Anthropic thinking
+    signatures, Gemini thought signatures), ``provider`` the endpoint that issued it:
+    a signed Thinking block is replayed only to that provider. ``redacted`` marks an
+    Anthropic ``redacted_thinking`` block, whose encrypted payload rides in ``signature``.
+    """
+
+    text: str
+    signature: str | None = None
+    provider: ProviderEndpoint | None = None
+    redacted: bool = False
+
+
+@attrs.frozen
+class ToolCall:
+    """A complete call of a declared tool: ``arguments`` is always a JSON object.
+
+    ``signature`` is opaque provider data riding on the call (a Gemini
+    ``thoughtSignature``), replayed only to ``provider``.
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    signature: str | None = None
+    provider: ProviderEndpoint | None = None
+
+
+@attrs.frozen
+class ToolResult:
+    """The output of a tool call, sent back to the model in a Tool message."""
+
+    tool_call_id: str
+    output: str
+    is_error: bool = False
+
+
+Block: TypeAlias = Text | ImageBase64 | Thinking | ToolCall | ToolResult
+"""One content block of a message or of a stream."""
+
+BLOCK_TYPES: tuple[type, ...] = (Text, ImageBase64, Thinking, ToolCall, ToolResult)
+
+
+def _content(value: str | Block | Iterable[Block]) -> tuple[Block, ...]:
+    if isinstance(value, str):
+        return (Text(value),)
+    if isinstance(value, BLOCK_TYPES):
+        return (value,)  # type: ignore[return-value]
+    return tuple(value)  # type: ignore[arg-type]
+
+
+@attrs.frozen
+class UnifiedMessage:
+    """One message of a conversation: a role and a tuple of blocks."""
+
+    role: MessageRole
+    content: tuple[Block, ...] = attrs.field(converter=_content, default=())
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """The message's Text blocks joined with newlines (how most wires carry it)."""
+        return "\n".join(b.text for b in self.content if isinstance(b, Text))
+
+
+# -- request configuration -----------------------------------------------------------
+
+
+@attrs.frozen
+class ToolDefinition:
+    """A tool the model may call; ``input_schema`` is a JSON Schema object."""
+
+    name: str
+    description: str = ""
+    input_schema: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object", "properties": {}}, hash=False
+    )
+
+
+class ThinkingEffort(enum.Enum):
+    """How hard a reasoning model should think, translated per provider."""
+
+    MINIMAL = "minimal"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+
+
+@attrs.frozen
+class AnthropicThinkingParams:
+    """A native Anthropic override: a budget (``budget_tokens``) or adaptive ``effort``."""
+
+    budget_tokens: int | None = None
+    effort: str | None = None
+
+
+def _not_both(instance: GeminiThinkingParams, attribute: Any, value: Any) -> None:
+    if instance.thinking_budget is not None and instance.thinking_level is not None:
+        raise ValueError("GeminiThinkingParams takes thinking_budget or thinking_level, not both")
+
+
+@attrs.frozen
+class GeminiThinkingParams:
+    """A native Gemini override: ``thinking_budget`` or ``thinking_level``, never both."""
+
+    thinking_budget: int | None = None
+    thinking_level: str | None = attrs.field(default=None, validator=_not_both)
+
+
+@attrs.frozen
+class OpenAiThinkingParams:
+    """A native OpenAI-compatible override of ``reasoning_effort``."""
+
+    reasoning_effort: str
+
+
+ThinkingParams: TypeAlias = AnthropicThinkingParams | GeminiThinkingParams | OpenAiThinkingParams
+
+
+@attrs.frozen
+class ThinkingConfig:
+    """Reasoning on or off, at a unified ``effort``; a set ``params`` override wins."""
+
+    enabled: bool = True
+    effort: ThinkingEffort | None = None
+    params: ThinkingParams | None = None
+
+    @classmethod
+    def off(cls) -> ThinkingConfig:
+        return cls(enabled=False)
+
+    @classmethod
+    def on(cls, effort: ThinkingEffort | None = ThinkingEffort.MEDIUM) -> ThinkingConfig:
+        return cls(enabled=True, effort=effort)
+
+
+@attrs.frozen
+class PromptCache:
+    """Where to place prompt-cache breakpoints, for providers that take them.
+
+    ``system`` marks the system prompt, ``tools`` the last tool definition and
+    ``messages`` the messages at these indices (negative indices count from the end).
+    ``PromptCache.auto()`` marks the system prompt, the tools and the last message.
+    """
+
+    system: bool = False
+    tools: bool = False
+    messages: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+
+    @classmethod
+    def auto(cls) -> PromptCache:
+        return cls(system=True, tools=True, messages=(-1,))
+
+
+def _messages(value: Iterable[UnifiedMessage]) -> tuple[UnifiedMessage, ...]:
+    return tuple(value)
+
+
+def _tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class UnifiedRequest:
+    """One turn's request, the same for every backend.
+
+    Unset optional fields (``temperature``, ``max_tokens``, ``thinking``) are omitted from
+    the wire rather than defaulted, except where a vendor requires them. ``provider`` is
+    overwritten by the client before any hook runs, so it can never mis-route a request.
+    """
+
+    model: str
+    provider: ProviderEndpoint = attrs.field(factory=lambda: ProviderEndpoint.custom(""))
+    messages: tuple[UnifiedMessage, ...] = attrs.field(default=(), converter=_messages)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    stream: bool = True
+    thinking: ThinkingConfig | None = None
+    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
+    prompt_cache: PromptCache | None = None
+
+    @classmethod
+    def new(cls, model: str) -> UnifiedRequest:
+        """An empty request for ``model``, with ``provider`` still unset (custom "")."""
+        return cls(model=model)
+
+    def add_message(self, message: UnifiedMessage) -> UnifiedRequest:
+        return attrs.evolve(self, messages=(*self.messages, message))
+
+    def add_system_message(self, content: str | Block | Iterable[Block]) -> UnifiedRequest:
+        return self.add_message(UnifiedMessage(MessageRole.SYSTEM, _content(content)))
+
+    def add_user_message(self, content: str | Block | Iterable[Block]) -> UnifiedRequest:
+        return self.add_message(UnifiedMessage(MessageRole.USER, _content(content)))
+
+    def add_assistant_message(self, content: str | Block | Iterable[Block]) -> UnifiedRequest:
+        return self.add_message(UnifiedMessage(MessageRole.ASSISTANT, _content(content)))
+
+    def add_tool_result(
+        self,
+        tool_call_id: str,
+        output: str,
+        *,
+        is_error: bool = False,
+        name: str | None = None,
+    ) -> UnifiedRequest:
+        """Append a Tool message answering the call ``tool_call_id`` (``name`` is the
+        function's name, which Gemini matches results by)."""
+        result = ToolResult(tool_call_id, output, is_error)
+        msg = UnifiedMessage(MessageRole.TOOL, (result,), tool_call_id=tool_call_id, name=name)
+        return self.add_message(msg)
+
+    def set_max_tokens(self, max_tokens: int | None) -> UnifiedRequest:
+        return attrs.evolve(self, max_tokens=max_tokens)
+
+    def set_temperature(self, temperature: float | None) -> UnifiedRequest:
+        return attrs.evolve(self, temperature=temperature)
+
+    def set_thinking(
+        self, thinking: ThinkingConfig | ThinkingEffort | bool | None
+    ) -> UnifiedRequest:
+        """Turn reasoning on (at an effort) or off; ``None`` leaves it to the provider."""
+        if isinstance(thinking, bool):
+            thinking = ThinkingConfig(enabled=thinking)
+        elif isinstance(thinking, ThinkingEffort):
+            thinking = ThinkingConfig(enabled=True, effort=thinking)
+        return attrs.evolve(self, thinking=thinking)
+
+    def add_tool(
+        self,
+        tool: ToolDefinition | str,
+        description: str = "",
+        input_schema: Mapping[str, Any] | None = None,
+    ) -> UnifiedRequest:
+        """Declare a tool, given as a :class:`ToolDefinition` or by name and schema."""
+        if isinstance(tool, str):
+            schema = input_schema if input_schema is not None else {"type": "object"}
+            tool = ToolDefinition(tool, description, schema)
+        return attrs.evolve(self, tools=(*self.tools, tool))
+
+    def set_prompt_cache(self, prompt_cache: PromptCache | None) -> UnifiedRequest:
+        return attrs.evolve(self, prompt_cache=prompt_cache)
+
+    def with_provider(self, provider: ProviderEndpoint) -> UnifiedRequest:
+        return attrs.evolve(self, provider=provider)
+
+
+# -- the end of a turn ---------------------------------------------------------------
+
+
+@attrs.frozen
+class TokenUsage:
+    """Token counts of one turn. ``reasoning_tokens`` is ``None`` when not reported."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int | None = None
+
+
+@attrs.frozen
+class PromptCacheUsage:
+    """How much of the prompt came from a cache (``read``) and how much was stored
+    (``write``)."""
+
+    read_tokens: int = 0
+    write_tokens: int = 0
+
+
+@attrs.frozen
+class UnifiedResponse:
+    """The terminal record of a turn, filled once its stream has ended."""
+
+    provider: ProviderEndpoint
+    model: str
+    usage: TokenUsage | None = None
+    prompt_cache_usage: PromptCacheUsage | None = None
+    finish_reason: str | None = None

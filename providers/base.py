@@ -1,0 +1,147 @@
+"""The contract between the turn pipeline and a provider adapter.
+
+An adapter owns one wire shape. It turns a :class:`~cuca.types.UnifiedRequest` into an
+:class:`HttpRequest` (``encode``), chooses how the response bytes are framed
+(``new_framer``, server-sent events by default) and translates frames into blocks with a
+stateful, I/O-free :class:`StreamDecoder`. Nothing outside ``providers/`` sees vendor JSON.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeAlias
+
+import attrs
+
+from cuca.errors import CucaError, JsonError
+from cuca.types import (
+    Block,
+    PromptCacheUsage,
+    ProviderEndpoint,
+    TokenUsage,
+    UnifiedRequest,
+)
+
+from cuca.stages.sse import SseEvent, SseParser
+
+__all__ = [
+    "SECRET_HEADERS",
+    "ClientSettings",
+    "Framer",
+    "HttpRequest",
+    "Item",
+    "ProviderAdapter",
+    "StreamDecoder",
+    "TurnSummary",
+    "loads_json",
+]
+
+Item: TypeAlias = Block | CucaError
+"""What a stream yields: a block, or an error that did not end the turn."""
+
+SECRET_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
+
+
+def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("<redacted>" if k.lower() in SECRET_HEADERS else v) for k, v in headers.items()}
+
+
+@attrs.frozen
+class HttpRequest:
+    """What the transport sends: method, URL, headers and a JSON body.
+
+    ``repr`` never shows the values of auth headers.
+    """
+
+    url: str
+    headers: Mapping[str, str] = attrs.field(factory=dict, repr=_redacted, hash=False)
+    body: Any = attrs.field(default=None, hash=False)
+    method: str = "POST"
+
+    def body_bytes(self) -> bytes:
+        return json.dumps(self.body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@attrs.frozen
+class ClientSettings:
+    """What a client knows that an adapter may need: the endpoint, the base URL and key
+    given to the client (either may be ``None``), and an optional provider-specific
+    configuration object (``LlamaCppConfig``, ``AnthropicConfig``...)."""
+
+    provider: ProviderEndpoint
+    base_url: str | None = None
+    api_key: str | None = attrs.field(default=None, repr=False)
+    provider_config: Any = None
+
+
+@attrs.frozen
+class TurnSummary:
+    """What a decoder learned about the turn besides blocks."""
+
+    usage: TokenUsage | None = None
+    prompt_cache_usage: PromptCacheUsage | None = None
+    finish_reason: str | None = None
+
+
+class Framer(Protocol):
+    """Splits response bytes into events (``SseParser`` is the default)."""
+
+    def feed(self, data: bytes) -> list[SseEvent]: ...
+
+    def close(self) -> list[SseEvent]: ...
+
+
+class StreamDecoder(abc.ABC):
+    """Turns one response's events into items; one instance per turn.
+
+    ``feed`` returns the items an event produced (blocks, or ``CucaError`` instances for
+    errors that do not end the turn) and raises a ``CucaError`` for one that does.
+    ``close`` is called once when the byte stream ends: it returns what is still pending
+    and raises ``TransportError`` if the stream was cut before the turn was complete.
+    ``finished`` turns true once the provider's end marker arrived: the transport then
+    stops reading.
+    """
+
+    finished: bool = False
+
+    @abc.abstractmethod
+    def feed(self, event: SseEvent) -> list[Item]: ...
+
+    @abc.abstractmethod
+    def close(self) -> list[Item]: ...
+
+    @abc.abstractmethod
+    def summary(self) -> TurnSummary: ...
+
+
+class ProviderAdapter(abc.ABC):
+    """One wire shape, configured for one provider."""
+
+    endpoint: ProviderEndpoint
+
+    @abc.abstractmethod
+    def encode(self, request: UnifiedRequest) -> HttpRequest:
+        """The HTTP request for ``request``; raises ``ConfigurationError`` if it cannot
+        be sent (a missing key, a budget above max_tokens...)."""
+
+    @abc.abstractmethod
+    def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
+        """A fresh decoder for the response to ``request``."""
+
+    def new_framer(self) -> Framer:
+        """How the response body is split into events: server-sent events by default."""
+        return SseParser()
+
+    def error_message(self, status: int, body: str) -> str | None:
+        """The vendor's own error text inside a non-2xx ``body``, if it can be found."""
+        return None
+
+
+def loads_json(data: str, provider: str) -> Any:
+    """``json.loads`` that raises :class:`~cuca.errors.JsonError` naming the provider."""
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise JsonError(f"{provider} sent a frame that is not JSON: {data[:200]!r}") from exc
