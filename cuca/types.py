@@ -32,6 +32,7 @@ __all__ = [
     "ToolCall",
     "ToolDefinition",
     "ToolResult",
+    "TurnSummary",
     "UnifiedMessage",
     "UnifiedRequest",
     "UnifiedResponse",
@@ -408,6 +409,15 @@ class PromptCacheUsage:
 
     read_tokens: int = 0
     write_tokens: int = 0
+
+
+@attrs.frozen
+class TurnSummary:
+    """What a decoder or the engine learned about a turn besides its blocks."""
+
+    usage: TokenUsage | None = None
+    prompt_cache_usage: PromptCacheUsage | None = None
+    finish_reason: str | None = None
 
 
 @attrs.frozen

@@ -16,13 +16,7 @@ from typing import Any, Protocol, TypeAlias
 import attrs
 
 from cuca.errors import CucaError, JsonError
-from cuca.types import (
-    Block,
-    PromptCacheUsage,
-    ProviderEndpoint,
-    TokenUsage,
-    UnifiedRequest,
-)
+from cuca.types import Block, ProviderEndpoint, TurnSummary, UnifiedRequest
 
 from cuca.stages.sse import SseEvent, SseParser
 
@@ -34,7 +28,6 @@ __all__ = [
     "Item",
     "ProviderAdapter",
     "StreamDecoder",
-    "TurnSummary",
     "loads_json",
 ]
 
@@ -74,15 +67,6 @@ class ClientSettings:
     base_url: str | None = None
     api_key: str | None = attrs.field(default=None, repr=False)
     provider_config: Any = None
-
-
-@attrs.frozen
-class TurnSummary:
-    """What a decoder learned about the turn besides blocks."""
-
-    usage: TokenUsage | None = None
-    prompt_cache_usage: PromptCacheUsage | None = None
-    finish_reason: str | None = None
 
 
 class Framer(Protocol):
