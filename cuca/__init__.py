@@ -1,1 +1,55 @@
-"""cuca: one request type and one typed stream for every LLM backend, on trio."""
+"""cuca: one request type and one typed stream for every LLM backend, on trio.
+
+    async with CucaClient(provider=ProviderEndpoint.OPENAI, api_key=key) as client:
+        request = UnifiedRequest.new("gpt-4o-mini").add_user_message("Say hello.")
+        async with client.generate_stream(request) as stream:
+            async for item in stream:   # Text, Thinking, ToolCall, or a non-fatal CucaError
+                ...
+        print(stream.response.usage)
+"""
+
+from .client import CucaClient as CucaClient
+from .client import ResponseFuture as ResponseFuture
+from .client import Timeouts as Timeouts
+from .convert import converter as converter
+from .convert import from_json as from_json
+from .convert import structure as structure
+from .convert import to_json as to_json
+from .convert import unstructure as unstructure
+from .errors import ConfigurationError as ConfigurationError
+from .errors import CucaError as CucaError
+from .errors import HttpStatusError as HttpStatusError
+from .errors import JsonError as JsonError
+from .errors import PluginError as PluginError
+from .errors import ProviderError as ProviderError
+from .errors import SseParseError as SseParseError
+from .errors import TemplateError as TemplateError
+from .errors import TransportError as TransportError
+from .plugins import CucaPlugin as CucaPlugin
+from .stream import Completion as Completion
+from .stream import ResponseStream as ResponseStream
+from .stream import merge_blocks as merge_blocks
+from .types import AnthropicThinkingParams as AnthropicThinkingParams
+from .types import Block as Block
+from .types import GeminiThinkingParams as GeminiThinkingParams
+from .types import ImageBase64 as ImageBase64
+from .types import MessageRole as MessageRole
+from .types import OpenAiThinkingParams as OpenAiThinkingParams
+from .types import PromptCache as PromptCache
+from .types import PromptCacheUsage as PromptCacheUsage
+from .types import ProviderEndpoint as ProviderEndpoint
+from .types import Text as Text
+from .types import Thinking as Thinking
+from .types import ThinkingConfig as ThinkingConfig
+from .types import ThinkingEffort as ThinkingEffort
+from .types import ThinkingParams as ThinkingParams
+from .types import TokenUsage as TokenUsage
+from .types import ToolCall as ToolCall
+from .types import ToolDefinition as ToolDefinition
+from .types import ToolResult as ToolResult
+from .types import TurnSummary as TurnSummary
+from .types import UnifiedMessage as UnifiedMessage
+from .types import UnifiedRequest as UnifiedRequest
+from .types import UnifiedResponse as UnifiedResponse
+
+__version__ = "0.1.0"

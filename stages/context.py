@@ -7,8 +7,7 @@ from typing import Any, TypeAlias
 
 import trio
 
-from cuca.errors import CucaError
-from cuca.types import TurnSummary, UnifiedRequest
+from cuca.types import TurnSummary, UnifiedRequest, UnifiedResponse
 
 __all__ = ["Stage", "TurnContext"]
 
@@ -25,15 +24,18 @@ class TurnContext:
 
     ``request`` is the request as the request hooks left it; ``summary`` is set by the
     decoder (or the engine) when the stream ends; ``error`` is the first error that
-    ended the turn, raised to the consumer after every item produced before it.
+    ended the turn, raised to the consumer after every item produced before it;
+    ``response`` is the turn's terminal record, set by the chunk-hooks stage when the
+    turn ended cleanly.
     """
 
     def __init__(self, request: UnifiedRequest) -> None:
         self.request = request
         self.summary: TurnSummary | None = None
-        self.error: CucaError | None = None
+        self.error: Exception | None = None
+        self.response: UnifiedResponse | None = None
 
-    def fail(self, error: CucaError) -> None:
+    def fail(self, error: Exception) -> None:
         """Record ``error`` as the reason the turn ended (the first one wins)."""
         if self.error is None:
             self.error = error

@@ -1,0 +1,257 @@
+"""The client: one connection pool, one provider, a stage pipeline per turn."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import httpx
+import trio
+
+from .errors import ConfigurationError, CucaError
+from .plugins import CucaPlugin
+from .stream import Completion, ResponseStream, completion
+from .types import Block, ProviderEndpoint, UnifiedRequest, UnifiedResponse
+
+if TYPE_CHECKING:
+    from cuca.engine import LocalModel
+    from cuca.providers.base import ProviderAdapter
+    from cuca.stages.pipeline import Insertion, Pipeline
+
+__all__ = ["CucaClient", "ResponseFuture", "Timeouts"]
+
+
+@attrs.frozen
+class Timeouts:
+    """Optional limits, in seconds; ``None`` means no limit (the default everywhere).
+
+    ``connect``, ``read``, ``write`` and ``pool`` are httpx's per-operation timeouts;
+    ``total`` is a deadline for a whole turn, from the first byte sent to the last
+    block received.
+    """
+
+    connect: float | None = None
+    read: float | None = None
+    write: float | None = None
+    pool: float | None = None
+    total: float | None = None
+
+    def httpx(self) -> httpx.Timeout:
+        return httpx.Timeout(
+            connect=self.connect, read=self.read, write=self.write, pool=self.pool
+        )
+
+
+def _timeouts(value: Timeouts | float | None) -> Timeouts:
+    if value is None:
+        return Timeouts()
+    if isinstance(value, Timeouts):
+        return value
+    return Timeouts(connect=value, read=value, write=value, pool=value)
+
+
+class ResponseFuture:
+    """The :class:`UnifiedResponse` of a turn that is still streaming."""
+
+    def __init__(self, stream: ResponseStream) -> None:
+        self._stream = stream
+
+    @property
+    def value(self) -> UnifiedResponse | None:
+        """The response once the stream has ended cleanly, else ``None``."""
+        return self._stream.response
+
+
+class CucaClient:
+    """A client for one provider. Use it as an async context manager::
+
+        async with CucaClient(provider=ProviderEndpoint.OPENAI, api_key=key) as client:
+            async with client.generate_stream(request) as stream:
+                async for item in stream:
+                    ...
+            print(stream.response.usage)
+
+    The client owns one ``httpx.AsyncClient`` whose connection pool is reused across
+    turns, and closes it on exit. ``plugins`` run in order on every turn; ``stages``
+    inserts user stages into every turn's pipeline (see :mod:`cuca.stages`).
+    ``timeout`` is a :class:`Timeouts`, a number of seconds for every operation, or
+    ``None`` (no timeout, the default). ``local_model`` is required for
+    ``ProviderEndpoint.LOCAL``.
+    """
+
+    def __init__(
+        self,
+        provider: ProviderEndpoint,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        plugins: Sequence[CucaPlugin] = (),
+        timeout: Timeouts | float | None = None,
+        provider_config: Any = None,
+        local_model: LocalModel | None = None,
+        stages: Sequence[Insertion] = (),
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.provider = provider
+        self.base_url = base_url
+        self._api_key = api_key
+        self.plugins = tuple(plugins)
+        self.timeouts = _timeouts(timeout)
+        self.provider_config = provider_config
+        self.local_model = local_model
+        self.stages = tuple(stages)
+        self._own_http = http_client is None
+        self._http = http_client
+        self._adapter: ProviderAdapter | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        key = "<set>" if self._api_key else None
+        return (
+            f"CucaClient(provider={self.provider!r}, base_url={self.base_url!r}, "
+            f"api_key={key}, plugins={[p.name for p in self.plugins]!r})"
+        )
+
+    async def __aenter__(self) -> CucaClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool (if the client created it)."""
+        self._closed = True
+        if self._http is not None and self._own_http:
+            await self._http.aclose()
+        self._http = None
+
+    # -- building a turn --------------------------------------------------------------
+
+    def _http_client(self) -> httpx.AsyncClient:
+        if self._closed:
+            raise ConfigurationError("the client is closed")
+        if self._http is None:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+            self._http = httpx.AsyncClient(timeout=self.timeouts.httpx(), limits=limits)
+        return self._http
+
+    def adapter(self) -> ProviderAdapter:
+        """The provider adapter this client dispatches to (resolved once)."""
+        if self._adapter is None:
+            from cuca.providers.base import ClientSettings
+            from cuca.providers.registry import adapter_for
+
+            settings = ClientSettings(
+                provider=self.provider,
+                base_url=self.base_url,
+                api_key=self._api_key,
+                provider_config=self.provider_config,
+            )
+            self._adapter = adapter_for(settings)
+        return self._adapter
+
+    def pipeline(self, ctx: Any, stages: Sequence[Insertion] = ()) -> Pipeline:
+        """The pipeline of one turn: the built-in stages plus the user's insertions."""
+        from cuca.stages.hooks import chunk_hooks_stage, request_hooks_stage
+        from cuca.stages.pipeline import NamedStage, Pipeline
+
+        first = [NamedStage("request_hooks", request_hooks_stage(self.plugins, ctx))]
+        last = [NamedStage("chunk_hooks", chunk_hooks_stage(self.plugins, ctx))]
+        if self.provider == ProviderEndpoint.LOCAL:
+            if self.local_model is None:
+                raise ConfigurationError("the local provider requires local_model=LocalModel")
+            middle = [NamedStage(n, s) for n, s in self.local_model.turn_stages(ctx)]
+        else:
+            middle = self._http_stages(ctx)
+        return Pipeline((*first, *middle, *last)).extended((*self.stages, *stages))
+
+    def _http_stages(self, ctx: Any) -> list[Any]:
+        from cuca.stages.http import decode_stage, encode_stage, sse_stage, transport_stage
+        from cuca.stages.pipeline import NamedStage
+
+        adapter = self.adapter()
+        http = self._http_client()
+        return [
+            NamedStage("encode", encode_stage(adapter.encode)),
+            NamedStage("transport", transport_stage(http, adapter.error_message)),
+            NamedStage("sse_parse", sse_stage(adapter.new_framer)),
+            NamedStage("decode", decode_stage(adapter.new_decoder, ctx)),
+        ]
+
+    # -- running a turn ---------------------------------------------------------------
+
+    @asynccontextmanager
+    async def generate_stream(
+        self, request: UnifiedRequest, *, stages: Sequence[Insertion] = ()
+    ) -> AsyncIterator[ResponseStream]:
+        """Stream one turn. Leaving the block early (break, exception, cancellation)
+        cancels the turn: the HTTP response is closed and every task of the turn has
+        ended before this returns."""
+        from cuca.stages.context import TurnContext
+
+        request = attrs.evolve(request, provider=self.provider)
+        ctx = TurnContext(request)
+        pipeline = self.pipeline(ctx, stages)
+        send, receive = trio.open_memory_channel[Sequence[Any]](0)
+        stream = ResponseStream(receive, ctx)
+        body_error: BaseException | None = None
+        with receive:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._run, pipeline, ctx, request, send)
+                try:
+                    yield stream
+                except BaseException as exc:  # re-raised below, outside the nursery
+                    body_error = exc
+                finally:
+                    nursery.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
+
+    async def _run(
+        self, pipeline: Pipeline, ctx: Any, request: UnifiedRequest, send: Any
+    ) -> None:
+        total = self.timeouts.total
+        if total is None:
+            await pipeline.run(ctx, request, send)
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_deadline, total, ctx, nursery.cancel_scope)
+            await pipeline.run(ctx, request, send)
+            nursery.cancel_scope.cancel()
+
+    @asynccontextmanager
+    async def generate_stream_with_response(
+        self, request: UnifiedRequest, *, stages: Sequence[Insertion] = ()
+    ) -> AsyncIterator[tuple[ResponseStream, ResponseFuture]]:
+        """Like :meth:`generate_stream`, also giving a handle on the response, which is
+        filled once the stream has ended."""
+        async with self.generate_stream(request, stages=stages) as stream:
+            yield stream, ResponseFuture(stream)
+
+    async def generate(
+        self, request: UnifiedRequest, *, stages: Sequence[Insertion] = ()
+    ) -> Completion:
+        """Run one turn to its end and collect it: deltas merged into whole blocks."""
+        blocks: list[Block] = []
+        errors: list[CucaError] = []
+        async with self.generate_stream(request, stages=stages) as stream:
+            async for item in stream:
+                if isinstance(item, CucaError):
+                    errors.append(item)
+                else:
+                    blocks.append(item)
+        response = stream.response
+        assert response is not None  # a clean end always sets it
+        return completion(blocks, errors, response)
+
+
+async def _deadline(seconds: float, ctx: Any, scope: trio.CancelScope) -> None:
+    """Fail the turn once ``seconds`` have passed (the error is recorded before any
+    stage closes its channel, so the consumer always sees it)."""
+    from cuca.errors import TransportError
+
+    await trio.sleep(seconds)
+    ctx.fail(TransportError(f"timed out: the turn exceeded its {seconds} s deadline"))
+    scope.cancel()

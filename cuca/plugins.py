@@ -1,0 +1,37 @@
+"""Plugins: hooks that see every request and every block of a turn.
+
+Subclass :class:`CucaPlugin` and override the hooks you need; hooks run in registration
+order. Error rules: an ``on_request`` error aborts the turn (raised as
+:class:`~cuca.errors.PluginError`); an ``on_stream_chunk`` error is yielded as a
+``PluginError`` item in place of the block, which is dropped, and the stream goes on; an
+``on_response_complete`` error is yielded as a ``PluginError`` item at the end.
+"""
+
+from __future__ import annotations
+
+from .types import Block, UnifiedRequest, UnifiedResponse
+
+__all__ = ["CucaPlugin"]
+
+
+class CucaPlugin:
+    """Base class of plugins; every hook defaults to doing nothing."""
+
+    name: str = "plugin"
+
+    async def on_request(self, request: UnifiedRequest) -> UnifiedRequest:
+        """Return the request to send (possibly a changed copy). ``request.provider`` is
+        already the client's provider."""
+        return request
+
+    async def on_stream_chunk(self, block: Block) -> Block | None:
+        """Return the block to pass on, a replacement, or ``None`` to drop it."""
+        return block
+
+    async def on_response_complete(self, response: UnifiedResponse) -> None:
+        """Called once when the turn ended cleanly, with its terminal record."""
+
+
+def overrides(plugin: CucaPlugin, hook: str) -> bool:
+    """Whether ``plugin`` implements ``hook`` itself (so no-op hooks cost nothing)."""
+    return getattr(type(plugin), hook) is not getattr(CucaPlugin, hook)
