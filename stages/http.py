@@ -8,6 +8,7 @@ is what one network read produced, so the per-hop cost is paid per read, not per
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -80,8 +81,9 @@ async def _exchange(
             if not 200 <= response.status_code < 300:
                 body = (await response.aread()).decode("utf-8", "replace")
                 raise HttpStatusError(response.status_code, body, error_text(response.status_code, body))
-            async for chunk in response.aiter_bytes():
-                await send.send([chunk])
+            async with aclosing(response.aiter_bytes()) as chunks:
+                async for chunk in chunks:
+                    await send.send([chunk])
         finally:
             await response.aclose()
     except httpx.TimeoutException as exc:

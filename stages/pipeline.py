@@ -137,12 +137,16 @@ async def _guarded(
     send: trio.MemorySendChannel[Any],
     ctx: TurnContext,
 ) -> None:
-    """Run one stage; record its error and close both of its channels when it ends."""
-    try:
-        with receive:
-            async with send:
+    """Run one stage; record its error, then close both of its channels.
+
+    The error is recorded before the output channel closes, so whoever sees the end of
+    the channel also sees the error.
+    """
+    with receive:
+        async with send:
+            try:
                 await stage.run(receive, send)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass  # downstream stopped listening (it failed or finished): end quietly
-    except Exception as exc:  # noqa: BLE001 - handed to the consumer, never lost
-        ctx.fail(exc)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # downstream stopped listening (it failed or finished): end quietly
+            except Exception as exc:  # noqa: BLE001 - handed to the consumer, never lost
+                ctx.fail(exc)

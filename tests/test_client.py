@@ -1,0 +1,193 @@
+"""The client over a real loopback server, with the minimal fake adapter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from cuca import (
+    CucaClient,
+    CucaPlugin,
+    HttpStatusError,
+    PluginError,
+    ProviderError,
+    Text,
+    TransportError,
+    UnifiedRequest,
+)
+from cuca.testing import Reply, open_replay_server
+from support.fake_adapter import FAKE, frames
+
+REQUEST = UnifiedRequest.new("fake-model").add_user_message("hi")
+
+
+async def collect(client: CucaClient, request: UnifiedRequest = REQUEST) -> list[Any]:
+    items: list[Any] = []
+    async with client.generate_stream(request) as stream:
+        async for item in stream:
+            items.append(item)
+    return items
+
+
+async def test_client_streams_blocks_and_response() -> None:
+    async with open_replay_server(Reply(frames("a", "b", "c"), chunks=[3, 5])) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            async with client.generate_stream(REQUEST) as stream:
+                assert stream.response is None
+                items = [item async for item in stream]
+            assert items == [Text("a"), Text("b"), Text("c")]
+            assert stream.response is not None
+            assert stream.response.usage is not None
+            assert stream.response.usage.completion_tokens == 3
+            assert stream.response.provider == FAKE
+            assert stream.response.finish_reason == "stop"
+
+
+async def test_client_overwrites_provider_before_hooks() -> None:
+    seen: list[Any] = []
+
+    class Reader(CucaPlugin):
+        name = "reader"
+
+        async def on_request(self, request: UnifiedRequest) -> UnifiedRequest:
+            seen.append(request.provider)
+            return request
+
+    async with open_replay_server(Reply(frames("x"))) as server:
+        async with CucaClient(FAKE, base_url=server.url, plugins=[Reader()]) as client:
+            await collect(client, REQUEST)  # REQUEST.provider is custom("")
+    assert seen == [FAKE]
+    assert server.requests[0].json()["provider"] == "custom:fake"
+
+
+async def test_client_yields_non_fatal_errors_and_goes_on() -> None:
+    body = b"data: T a\n\ndata: E bad tool call\n\ndata: T b\n\ndata: [DONE]\n\n"
+    async with open_replay_server(Reply(body)) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            items = await collect(client)
+    assert items == [Text("a"), ProviderError("fake", "bad tool call"), Text("b")]
+
+
+async def test_client_raises_fatal_error_after_earlier_items() -> None:
+    body = b"data: T a\n\ndata: T b\n\ndata: F server exploded\n\ndata: T never\n\n"
+    async with open_replay_server(Reply(body)) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            items: list[Any] = []
+            with pytest.raises(ProviderError, match="server exploded"):
+                async with client.generate_stream(REQUEST) as stream:
+                    async for item in stream:
+                        items.append(item)
+            assert stream.response is None
+    assert items == [Text("a"), Text("b")]
+
+
+async def test_client_truncated_stream_is_a_transport_error() -> None:
+    async with open_replay_server(Reply(frames("a", done=False))) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            with pytest.raises(TransportError, match="ended before"):
+                await collect(client)
+
+
+async def test_client_cut_connection_is_a_transport_error() -> None:
+    body = frames("a", "b")
+    async with open_replay_server(Reply(body, cut_after=12)) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            with pytest.raises(TransportError, match="connection closed mid-response"):
+                await collect(client)
+
+
+async def test_client_http_status_error_carries_body_and_message() -> None:
+    reply = Reply(b'{"error": "quota"}', status=429, headers=[("content-type", "application/json")])
+    async with open_replay_server(reply) as server:
+        async with CucaClient(FAKE, base_url=server.url, api_key="sk-secret") as client:
+            with pytest.raises(HttpStatusError) as info:
+                await collect(client)
+    error = info.value
+    assert error.status == 429
+    assert error.body == '{"error": "quota"}'
+    assert str(error) == 'http status 429: fake says: {"error": "quota"}'
+    assert "sk-secret" not in repr(error) + str(error)
+
+
+async def test_client_unreachable_server_is_a_transport_error() -> None:
+    async with CucaClient(FAKE, base_url="http://127.0.0.1:9") as client:
+        with pytest.raises(TransportError, match="ConnectError"):
+            await collect(client)
+
+
+async def test_client_read_timeout_says_it_timed_out() -> None:
+    async with open_replay_server(Reply(frames("a"), stall_after=10)) as server:
+        async with CucaClient(FAKE, base_url=server.url, timeout=0.2) as client:
+            with trio.fail_after(5):
+                with pytest.raises(TransportError, match="timed out"):
+                    await collect(client)
+
+
+async def test_client_total_deadline_ends_the_turn() -> None:
+    from cuca import Timeouts
+
+    async with open_replay_server(Reply.endless(b"data: T x\n\n", delay=0.01)) as server:
+        async with CucaClient(FAKE, base_url=server.url, timeout=Timeouts(total=0.3)) as client:
+            with trio.fail_after(5):
+                with pytest.raises(TransportError, match="deadline"):
+                    await collect(client)
+
+
+async def test_client_reuses_its_connection_pool() -> None:
+    async with open_replay_server(Reply(frames("a"))) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            for _ in range(3):
+                assert await collect(client) == [Text("a")]
+        assert server.connections_opened == 1
+
+
+async def test_client_generate_collects_and_merges() -> None:
+    async with open_replay_server(Reply(frames("Hel", "lo"))) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            done = await client.generate(REQUEST)
+    assert done.text == "Hello"
+    assert done.blocks == (Text("Hello"),)
+    assert done.errors == ()
+    assert done.response.usage is not None
+
+
+async def test_client_generate_stream_with_response() -> None:
+    async with open_replay_server(Reply(frames("a"))) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            async with client.generate_stream_with_response(REQUEST) as (stream, response):
+                assert response.value is None
+                assert [i async for i in stream] == [Text("a")]
+            assert response.value is not None
+            assert response.value.finish_reason == "stop"
+
+
+def test_client_repr_hides_the_key() -> None:
+    client = CucaClient(FAKE, api_key="sk-very-secret")
+    assert "sk-very-secret" not in repr(client)
+    assert "sk-very-secret" not in str(client)
+
+
+async def test_client_body_exception_is_not_wrapped() -> None:
+    async with open_replay_server(Reply.endless(b"data: T x\n\n")) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            with pytest.raises(KeyError):
+                async with client.generate_stream(REQUEST) as stream:
+                    async for _ in stream:
+                        raise KeyError("mine")
+
+
+async def test_client_plugin_on_request_error_aborts() -> None:
+    class Broken(CucaPlugin):
+        name = "broken"
+
+        async def on_request(self, request: UnifiedRequest) -> UnifiedRequest:
+            raise RuntimeError("nope")
+
+    async with open_replay_server(Reply(frames("a"))) as server:
+        async with CucaClient(FAKE, base_url=server.url, plugins=[Broken()]) as client:
+            with pytest.raises(PluginError) as info:
+                await collect(client)
+    assert str(info.value) == "plugin error (broken): on_request failed: RuntimeError: nope"
+    assert server.requests == []

@@ -1,0 +1,115 @@
+"""The pipeline as data: custom stages at named points, and backpressure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from cuca import ConfigurationError, CucaClient, Text, UnifiedRequest
+from cuca.stages import HTTP_POINTS, after, before, map_items
+from cuca.testing import Reply, open_replay_server
+from support.fake_adapter import FAKE, frames
+
+REQUEST = UnifiedRequest.new("fake-model").add_user_message("hi")
+
+
+async def test_pipeline_stage_between_transport_and_sse_parse_counts_bytes() -> None:
+    counted: list[int] = []
+
+    async def count_bytes(
+        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        async with send:
+            async for batch in receive:
+                counted.extend(len(chunk) for chunk in batch)
+                await send.send(batch)
+
+    body = frames(*"abcdef")
+    async with open_replay_server(Reply(body, chunks=[7] * 8, delay=0.001)) as server:
+        async with CucaClient(FAKE, base_url=server.url, stages=[after("transport", count_bytes)]) as client:
+            done = await client.generate(REQUEST)
+    assert done.text == "abcdef"
+    assert sum(counted) == len(body)
+    assert len(counted) > 1
+
+
+async def test_pipeline_stage_between_decode_and_chunk_hooks_rewrites_text() -> None:
+    def shout(item: Any) -> Any:
+        return Text(item.text.upper()) if isinstance(item, Text) else item
+
+    async with open_replay_server(Reply(frames("a", "b"))) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            async with client.generate_stream(
+                REQUEST, stages=[before("chunk_hooks", map_items(shout), name="shout")]
+            ) as stream:
+                items = [item async for item in stream]
+    assert items == [Text("A"), Text("B")]
+
+
+def test_pipeline_names_and_unknown_points() -> None:
+    from cuca.stages.context import TurnContext
+
+    client = CucaClient(FAKE)
+    pipeline = client.pipeline(TurnContext(REQUEST), [after("decode", map_items(str), name="x")])
+    assert pipeline.names == (*HTTP_POINTS[:5], "x", "chunk_hooks")
+    with pytest.raises(ConfigurationError, match="no stage named 'nope'"):
+        client.pipeline(TurnContext(REQUEST), [after("nope", map_items(str))])
+
+
+async def test_pipeline_backpressure_bounds_buffered_items() -> None:
+    """A consumer that reads slowly: the transport waits, nothing piles up."""
+    channels: list[Any] = []
+    seen_batches: list[int] = []
+
+    async def spy(
+        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        channels.append(send)  # the channel into the next stage
+        async with send:
+            async for batch in receive:
+                seen_batches.append(len(batch))
+                await send.send(batch)
+
+    body = frames(*(f"t{i}" for i in range(3000)))
+    peak = 0
+    async with open_replay_server(Reply(body, chunks=[64] * (len(body) // 64))) as server:
+        async with CucaClient(FAKE, base_url=server.url, stages=[after("transport", spy)]) as client:
+            async with client.generate_stream(REQUEST) as stream:
+                count = 0
+                async for _ in stream:
+                    count += 1
+                    if count % 100 == 0:
+                        await trio.sleep(0.002)  # slow consumer
+                        used = channels[0].statistics().current_buffer_used
+                        peak = max(peak, used)
+                        total_bytes_read = sum(seen_batches) if seen_batches else 0
+                        assert total_bytes_read < len(body)  or count > 2500
+    assert count == 3000
+    assert peak <= 1  # each channel holds at most one batch
+
+
+async def test_pipeline_slow_consumer_slows_the_transport() -> None:
+    """With the consumer paused, the transport stops after a bounded number of reads."""
+    reads = 0
+
+    async def count_reads(
+        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        nonlocal reads
+        async with send:
+            async for batch in receive:
+                reads += 1
+                await send.send(batch)
+
+    frame = b"data: T x\n\n"
+    async with open_replay_server(Reply.endless(frame)) as server:
+        async with CucaClient(FAKE, base_url=server.url, stages=[after("transport", count_reads)]) as client:
+            async with client.generate_stream(REQUEST) as stream:
+                await stream.__anext__()
+                await trio.sleep(0.3)  # consumer stalls; the server could send megabytes
+                first = reads
+                await trio.sleep(0.3)
+                assert reads == first  # nothing moved while the consumer waited
+                assert reads <= 8
