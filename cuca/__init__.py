@@ -1,11 +1,11 @@
 """cuca: one request type and one typed stream for every LLM backend, on trio.
 
-    async with CucaClient(provider=ProviderEndpoint.OPENAI, api_key=key) as client:
-        request = UnifiedRequest.new("gpt-4o-mini").add_user_message("Say hello.")
-        async with client.generate_stream(request) as stream:
-            async for item in stream:   # Text, Thinking, ToolCall, or a non-fatal CucaError
-                ...
-        print(stream.response.usage)
+async with CucaClient(provider=ProviderEndpoint.OPENAI, api_key=key) as client:
+    request = UnifiedRequest.new("gpt-4o-mini").add_user_message("Say hello.")
+    async with client.generate_stream(request) as stream:
+        async for item in stream:   # Text, Thinking, ToolCall, or a non-fatal CucaError
+            ...
+    print(stream.response.usage)
 """
 
 from .client import CucaClient as CucaClient
@@ -26,6 +26,7 @@ from .errors import SseParseError as SseParseError
 from .errors import TemplateError as TemplateError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
+from .providers.registry import register_adapter as register_adapter
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks

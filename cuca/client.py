@@ -16,9 +16,9 @@ from .stream import Completion, ResponseStream, completion
 from .types import Block, ProviderEndpoint, UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
-    from cuca.engine import LocalModel
+    from cuca.engine.model import LocalModel
     from cuca.providers.base import ProviderAdapter
-    from cuca.stages.pipeline import Insertion, Pipeline
+    from cuca.stages.pipeline import Insertion, NamedStage, Pipeline
 
 __all__ = ["CucaClient", "ResponseFuture", "Timeouts"]
 
@@ -39,9 +39,7 @@ class Timeouts:
     total: float | None = None
 
     def httpx(self) -> httpx.Timeout:
-        return httpx.Timeout(
-            connect=self.connect, read=self.read, write=self.write, pool=self.pool
-        )
+        return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
 
 
 def _timeouts(value: Timeouts | float | None) -> Timeouts:
@@ -157,7 +155,9 @@ class CucaClient:
         from cuca.stages.hooks import chunk_hooks_stage, request_hooks_stage
         from cuca.stages.pipeline import NamedStage, Pipeline
 
-        first = [NamedStage("request_hooks", request_hooks_stage(self.plugins, ctx))]
+        first: list[NamedStage] = [
+            NamedStage("request_hooks", request_hooks_stage(self.plugins, ctx))
+        ]
         last = [NamedStage("chunk_hooks", chunk_hooks_stage(self.plugins, ctx))]
         if self.provider == ProviderEndpoint.LOCAL:
             if self.local_model is None:
@@ -165,9 +165,9 @@ class CucaClient:
             middle = [NamedStage(n, s) for n, s in self.local_model.turn_stages(ctx)]
         else:
             middle = self._http_stages(ctx)
-        return Pipeline((*first, *middle, *last)).extended((*self.stages, *stages))
+        return Pipeline(first + middle + last).extended([*self.stages, *stages])
 
-    def _http_stages(self, ctx: Any) -> list[Any]:
+    def _http_stages(self, ctx: Any) -> list[NamedStage]:
         from cuca.stages.http import decode_stage, encode_stage, sse_stage, transport_stage
         from cuca.stages.pipeline import NamedStage
 
@@ -209,9 +209,7 @@ class CucaClient:
         if body_error is not None:
             raise body_error
 
-    async def _run(
-        self, pipeline: Pipeline, ctx: Any, request: UnifiedRequest, send: Any
-    ) -> None:
+    async def _run(self, pipeline: Pipeline, ctx: Any, request: UnifiedRequest, send: Any) -> None:
         total = self.timeouts.total
         if total is None:
             await pipeline.run(ctx, request, send)

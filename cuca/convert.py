@@ -110,9 +110,7 @@ def _configure(conv: cattrs.Converter) -> None:
 _plain = cattrs.Converter()
 _configure(_plain)
 _configure(converter)
-converter.register_unstructure_hook_func(
-    lambda t: t in _BLOCKS.values(), _unstructure_block
-)
+converter.register_unstructure_hook_func(lambda t: t in _BLOCKS.values(), _unstructure_block)
 converter.register_unstructure_hook_func(lambda t: t == Block, _unstructure_block)
 converter.register_structure_hook_func(lambda t: t == Block, _structure_block)
 converter.register_unstructure_hook_func(lambda t: t == ThinkingParams, _unstructure_params)
@@ -121,9 +119,7 @@ converter.register_structure_hook_func(
     lambda t: t == ThinkingParams | None,
     lambda v, _: None if v is None else _structure_params(v, ThinkingParams),
 )
-converter.register_unstructure_hook_func(
-    lambda t: t in _PARAMS.values(), _unstructure_params
-)
+converter.register_unstructure_hook_func(lambda t: t in _PARAMS.values(), _unstructure_params)
 for _cls in _BLOCKS.values():
     converter.register_structure_hook(_cls, _structure_block)
 
@@ -145,4 +141,4 @@ def to_json(obj: Any) -> str:
 
 def from_json(text: str | bytes, cls: type[T] | Any) -> T:
     """Read back a ``cls`` written by :func:`to_json`."""
-    return structure(json.loads(text), cls)
+    return cast(T, structure(json.loads(text), cls))

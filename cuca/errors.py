@@ -49,7 +49,7 @@ class CucaError(Exception):
         return f"{type(self).__name__}({self.message!r})"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.args == other.args  # type: ignore[attr-defined]
+        return type(self) is type(other) and self.args == other.args
 
     def __hash__(self) -> int:
         return hash((type(self), self.args))

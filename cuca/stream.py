@@ -107,6 +107,8 @@ def merge_blocks(blocks: Sequence[Block]) -> tuple[Block, ...]:
     return tuple(out)
 
 
-def completion(blocks: Sequence[Block], errors: Sequence[CucaError], response: UnifiedResponse) -> Completion:
+def completion(
+    blocks: Sequence[Block], errors: Sequence[CucaError], response: UnifiedResponse
+) -> Completion:
     message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(blocks))
     return Completion(message, tuple(errors), response)

@@ -279,6 +279,10 @@ class ThinkingConfig:
         return cls(enabled=True, effort=effort)
 
 
+def _indices(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class PromptCache:
     """Where to place prompt-cache breakpoints, for providers that take them.
@@ -290,7 +294,7 @@ class PromptCache:
 
     system: bool = False
     tools: bool = False
-    messages: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    messages: tuple[int, ...] = attrs.field(default=(), converter=_indices)
 
     @classmethod
     def auto(cls) -> PromptCache:

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol, TypeAlias
 
 import attrs
+from cuca.stages.sse import SseEvent, SseParser
 
 from cuca.errors import CucaError, JsonError
 from cuca.types import Block, ProviderEndpoint, TurnSummary, UnifiedRequest
-
-from cuca.stages.sse import SseEvent, SseParser
 
 __all__ = [
     "SECRET_HEADERS",
@@ -37,8 +36,9 @@ Item: TypeAlias = Block | CucaError
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
 
 
-def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: ("<redacted>" if k.lower() in SECRET_HEADERS else v) for k, v in headers.items()}
+def _redacted(headers: Mapping[str, str]) -> str:
+    shown = {k: ("<redacted>" if k.lower() in SECRET_HEADERS else v) for k, v in headers.items()}
+    return repr(shown)
 
 
 @attrs.frozen

@@ -7,9 +7,9 @@ is what one network read produced, so the per-hop cost is paid per read, not per
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import trio
@@ -80,8 +80,11 @@ async def _exchange(
         try:
             if not 200 <= response.status_code < 300:
                 body = (await response.aread()).decode("utf-8", "replace")
-                raise HttpStatusError(response.status_code, body, error_text(response.status_code, body))
-            async with aclosing(response.aiter_bytes()) as chunks:
+                raise HttpStatusError(
+                    response.status_code, body, error_text(response.status_code, body)
+                )
+            chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+            async with aclosing(chunks):
                 async for chunk in chunks:
                     await send.send([chunk])
         finally:

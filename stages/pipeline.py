@@ -79,11 +79,15 @@ def before(point: str, stage: Stage, name: str = "custom") -> Insertion:
     return Insertion(stage, point, "before", name)
 
 
+def _stage_tuple(stages: Iterable[NamedStage]) -> tuple[NamedStage, ...]:
+    return tuple(stages)
+
+
 @attrs.frozen
 class Pipeline:
     """An ordered tuple of named stages: the shape of one turn."""
 
-    stages: tuple[NamedStage, ...] = attrs.field(converter=tuple)
+    stages: tuple[NamedStage, ...] = attrs.field(converter=_stage_tuple)
     buffer: int = DEFAULT_BUFFER
 
     @property
@@ -107,9 +111,7 @@ class Pipeline:
             pipeline = pipeline.insert(insertion)
         return pipeline
 
-    async def run(
-        self, ctx: TurnContext, first: Any, out: trio.MemorySendChannel[Any]
-    ) -> None:
+    async def run(self, ctx: TurnContext, first: Any, out: trio.MemorySendChannel[Any]) -> None:
         """Run every stage until the last one closes ``out``.
 
         ``first`` is sent to the first stage as a one-item batch. Returns when every
@@ -123,9 +125,7 @@ class Pipeline:
                 if index == len(self.stages) - 1:
                     next_send, next_receive = out, None
                 else:
-                    next_send, next_receive = trio.open_memory_channel[Sequence[Any]](
-                        self.buffer
-                    )
+                    next_send, next_receive = trio.open_memory_channel[Sequence[Any]](self.buffer)
                 nursery.start_soon(_guarded, stage, receive, next_send, ctx, name=stage.name)
                 if next_receive is not None:
                     receive = next_receive
@@ -148,5 +148,5 @@ async def _guarded(
                 await stage.run(receive, send)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # downstream stopped listening (it failed or finished): end quietly
-            except Exception as exc:  # noqa: BLE001 - handed to the consumer, never lost
+            except Exception as exc:
                 ctx.fail(exc)

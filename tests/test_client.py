@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import trio
+from support.fake_adapter import FAKE, frames
 
 from cuca import (
     CucaClient,
@@ -18,7 +19,6 @@ from cuca import (
     UnifiedRequest,
 )
 from cuca.testing import Reply, open_replay_server
-from support.fake_adapter import FAKE, frames
 
 REQUEST = UnifiedRequest.new("fake-model").add_user_message("hi")
 

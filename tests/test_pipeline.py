@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 import trio
+from cuca.stages import HTTP_POINTS, after, before, map_items
+from support.fake_adapter import FAKE, frames
 
 from cuca import ConfigurationError, CucaClient, Text, UnifiedRequest
-from cuca.stages import HTTP_POINTS, after, before, map_items
 from cuca.testing import Reply, open_replay_server
-from support.fake_adapter import FAKE, frames
 
 REQUEST = UnifiedRequest.new("fake-model").add_user_message("hi")
 
@@ -28,7 +28,9 @@ async def test_pipeline_stage_between_transport_and_sse_parse_counts_bytes() -> 
 
     body = frames(*"abcdef")
     async with open_replay_server(Reply(body, chunks=[7] * 8, delay=0.001)) as server:
-        async with CucaClient(FAKE, base_url=server.url, stages=[after("transport", count_bytes)]) as client:
+        async with CucaClient(
+            FAKE, base_url=server.url, stages=[after("transport", count_bytes)]
+        ) as client:
             done = await client.generate(REQUEST)
     assert done.text == "abcdef"
     assert sum(counted) == len(body)
@@ -75,7 +77,9 @@ async def test_pipeline_backpressure_bounds_buffered_items() -> None:
     body = frames(*(f"t{i}" for i in range(3000)))
     peak = 0
     async with open_replay_server(Reply(body, chunks=[64] * (len(body) // 64))) as server:
-        async with CucaClient(FAKE, base_url=server.url, stages=[after("transport", spy)]) as client:
+        async with CucaClient(
+            FAKE, base_url=server.url, stages=[after("transport", spy)]
+        ) as client:
             async with client.generate_stream(REQUEST) as stream:
                 count = 0
                 async for _ in stream:
@@ -85,7 +89,7 @@ async def test_pipeline_backpressure_bounds_buffered_items() -> None:
                         used = channels[0].statistics().current_buffer_used
                         peak = max(peak, used)
                         total_bytes_read = sum(seen_batches) if seen_batches else 0
-                        assert total_bytes_read < len(body)  or count > 2500
+                        assert total_bytes_read < len(body) or count > 2500
     assert count == 3000
     assert peak <= 1  # each channel holds at most one batch
 
@@ -105,7 +109,9 @@ async def test_pipeline_slow_consumer_slows_the_transport() -> None:
 
     frame = b"data: T x\n\n"
     async with open_replay_server(Reply.endless(frame)) as server:
-        async with CucaClient(FAKE, base_url=server.url, stages=[after("transport", count_reads)]) as client:
+        async with CucaClient(
+            FAKE, base_url=server.url, stages=[after("transport", count_reads)]
+        ) as client:
             async with client.generate_stream(REQUEST) as stream:
                 await stream.__anext__()
                 await trio.sleep(0.3)  # consumer stalls; the server could send megabytes

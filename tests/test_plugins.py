@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from support.fake_adapter import FAKE, frames
+
 from cuca import (
     Block,
     CucaClient,
@@ -14,7 +16,6 @@ from cuca import (
     UnifiedResponse,
 )
 from cuca.testing import Reply, open_replay_server
-from support.fake_adapter import FAKE, frames
 
 REQUEST = UnifiedRequest.new("fake-model").add_user_message("hi")
 

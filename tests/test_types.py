@@ -37,7 +37,9 @@ from cuca import (
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 json_objects = st.dictionaries(st.text(max_size=6), json_values, max_size=4)
@@ -83,7 +85,9 @@ requests = st.builds(
         max_size=2,
     ).map(tuple),
     prompt_cache=st.none()
-    | st.builds(PromptCache, st.booleans(), st.booleans(), st.lists(st.integers(-3, 3), max_size=3)),
+    | st.builds(
+        PromptCache, st.booleans(), st.booleans(), st.lists(st.integers(-3, 3), max_size=3)
+    ),
 )
 
 

