@@ -27,6 +27,7 @@ from .errors import TemplateError as TemplateError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
 from .providers.registry import register_adapter as register_adapter
+from .retry import RetryPolicy as RetryPolicy
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks

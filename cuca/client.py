@@ -12,6 +12,7 @@ import trio
 
 from .errors import ConfigurationError, CucaError
 from .plugins import CucaPlugin
+from .retry import RetryPolicy
 from .stream import Completion, ResponseStream, completion
 from .types import Block, ProviderEndpoint, UnifiedRequest, UnifiedResponse
 
@@ -76,7 +77,8 @@ class CucaClient:
     inserts user stages into every turn's pipeline (see :mod:`cuca.stages`).
     ``timeout`` is a :class:`Timeouts`, a number of seconds for every operation, or
     ``None`` (no timeout, the default). ``local_model`` is required for
-    ``ProviderEndpoint.LOCAL``.
+    ``ProviderEndpoint.LOCAL``. ``retry`` is the :class:`RetryPolicy` for failures
+    before the first byte of a response body (2 retries by default).
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class CucaClient:
         local_model: LocalModel | None = None,
         stages: Sequence[Insertion] = (),
         http_client: httpx.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.provider = provider
         self.base_url = base_url
@@ -100,6 +103,7 @@ class CucaClient:
         self.provider_config = provider_config
         self.local_model = local_model
         self.stages = tuple(stages)
+        self.retry = retry if retry is not None else RetryPolicy()
         self._own_http = http_client is None
         self._http = http_client
         self._adapter: ProviderAdapter | None = None
@@ -150,7 +154,9 @@ class CucaClient:
             self._adapter = adapter_for(settings)
         return self._adapter
 
-    def pipeline(self, ctx: Any, stages: Sequence[Insertion] = ()) -> Pipeline:
+    def pipeline(
+        self, ctx: Any, stages: Sequence[Insertion] = (), retry: RetryPolicy | None = None
+    ) -> Pipeline:
         """The pipeline of one turn: the built-in stages plus the user's insertions."""
         from cuca.stages.hooks import chunk_hooks_stage, request_hooks_stage
         from cuca.stages.pipeline import NamedStage, Pipeline
@@ -164,10 +170,10 @@ class CucaClient:
                 raise ConfigurationError("the local provider requires local_model=LocalModel")
             middle = [NamedStage(n, s) for n, s in self.local_model.turn_stages(ctx)]
         else:
-            middle = self._http_stages(ctx)
+            middle = self._http_stages(ctx, retry or self.retry)
         return Pipeline(first + middle + last).extended([*self.stages, *stages])
 
-    def _http_stages(self, ctx: Any) -> list[NamedStage]:
+    def _http_stages(self, ctx: Any, retry: RetryPolicy) -> list[NamedStage]:
         from cuca.stages.http import decode_stage, encode_stage, sse_stage, transport_stage
         from cuca.stages.pipeline import NamedStage
 
@@ -175,7 +181,7 @@ class CucaClient:
         http = self._http_client()
         return [
             NamedStage("encode", encode_stage(adapter.encode)),
-            NamedStage("transport", transport_stage(http, adapter.error_message)),
+            NamedStage("transport", transport_stage(http, adapter.error_message, None, retry)),
             NamedStage("sse_parse", sse_stage(adapter.new_framer)),
             NamedStage("decode", decode_stage(adapter.new_decoder, ctx)),
         ]
@@ -184,7 +190,11 @@ class CucaClient:
 
     @asynccontextmanager
     async def generate_stream(
-        self, request: UnifiedRequest, *, stages: Sequence[Insertion] = ()
+        self,
+        request: UnifiedRequest,
+        *,
+        stages: Sequence[Insertion] = (),
+        retry: RetryPolicy | None = None,
     ) -> AsyncIterator[ResponseStream]:
         """Stream one turn. Leaving the block early (break, exception, cancellation)
         cancels the turn: the HTTP response is closed and every task of the turn has
@@ -193,7 +203,7 @@ class CucaClient:
 
         request = attrs.evolve(request, provider=self.provider)
         ctx = TurnContext(request)
-        pipeline = self.pipeline(ctx, stages)
+        pipeline = self.pipeline(ctx, stages, retry)
         send, receive = trio.open_memory_channel[Sequence[Any]](0)
         stream = ResponseStream(receive, ctx)
         body_error: BaseException | None = None
@@ -221,20 +231,28 @@ class CucaClient:
 
     @asynccontextmanager
     async def generate_stream_with_response(
-        self, request: UnifiedRequest, *, stages: Sequence[Insertion] = ()
+        self,
+        request: UnifiedRequest,
+        *,
+        stages: Sequence[Insertion] = (),
+        retry: RetryPolicy | None = None,
     ) -> AsyncIterator[tuple[ResponseStream, ResponseFuture]]:
         """Like :meth:`generate_stream`, also giving a handle on the response, which is
         filled once the stream has ended."""
-        async with self.generate_stream(request, stages=stages) as stream:
+        async with self.generate_stream(request, stages=stages, retry=retry) as stream:
             yield stream, ResponseFuture(stream)
 
     async def generate(
-        self, request: UnifiedRequest, *, stages: Sequence[Insertion] = ()
+        self,
+        request: UnifiedRequest,
+        *,
+        stages: Sequence[Insertion] = (),
+        retry: RetryPolicy | None = None,
     ) -> Completion:
         """Run one turn to its end and collect it: deltas merged into whole blocks."""
         blocks: list[Block] = []
         errors: list[CucaError] = []
-        async with self.generate_stream(request, stages=stages) as stream:
+        async with self.generate_stream(request, stages=stages, retry=retry) as stream:
             async for item in stream:
                 if isinstance(item, CucaError):
                     errors.append(item)

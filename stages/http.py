@@ -15,6 +15,7 @@ import httpx
 import trio
 
 from cuca.errors import HttpStatusError, TransportError
+from cuca.retry import RetryPolicy
 from cuca.types import UnifiedRequest
 
 from .context import Stage, TurnContext
@@ -41,60 +42,95 @@ def transport_stage(
     http: httpx.AsyncClient,
     error_text: ErrorText,
     timeout: httpx.Timeout | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Stage:
     """Send each request and forward the response body, one batch per network read.
 
-    A non-2xx status raises :class:`HttpStatusError` with the body and the vendor's own
-    message; httpx failures become :class:`TransportError`. Leaving (by cancellation or
-    because downstream stopped listening) closes the response, so the connection is
-    never left half-read in the pool.
+    Failures before the first body byte (connection errors, 408/409/429/5xx) are
+    retried per ``retry``; a non-2xx status that is not retried (or retried too often)
+    raises :class:`HttpStatusError` with the body and the vendor's own message; httpx
+    failures become :class:`TransportError`. Leaving (by cancellation or because
+    downstream stopped listening) closes the response.
     """
+    policy = retry if retry is not None else RetryPolicy()
 
     async def transport(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
         async for batch in receive:
             for request in batch:
-                await _exchange(http, request, send, error_text, timeout)
+                response = await _open(http, request, error_text, timeout, policy)
+                await _forward(response, send, request.url)
 
     return transport
 
 
-async def _exchange(
+async def _open(
     http: httpx.AsyncClient,
     request: WireRequest,
-    send: trio.MemorySendChannel[Any],
     error_text: ErrorText,
     timeout: httpx.Timeout | None,
-) -> None:
+    policy: RetryPolicy,
+) -> httpx.Response:
+    """The response to ``request`` once its status is 2xx, retrying what may be retried."""
     extensions = {} if timeout is None else {"timeout": timeout.as_dict()}
-    wire = http.build_request(
-        request.method,
-        request.url,
-        headers=dict(request.headers),
-        content=request.body_bytes(),
-        extensions=extensions,
-    )
-    try:
-        response = await http.send(wire, stream=True)
+    body = request.body_bytes()
+    attempt = 0
+    while True:
+        wire = http.build_request(
+            request.method,
+            request.url,
+            headers=dict(request.headers),
+            content=body,
+            extensions=extensions,
+        )
         try:
-            if not 200 <= response.status_code < 300:
-                body = (await response.aread()).decode("utf-8", "replace")
-                raise HttpStatusError(
-                    response.status_code, body, error_text(response.status_code, body)
-                )
-            chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
-            async with aclosing(chunks):
-                async for chunk in chunks:
-                    await send.send([chunk])
+            response = await http.send(wire, stream=True)
+        except httpx.HTTPError as exc:
+            if attempt < policy.max_retries and _retryable(exc):
+                await trio.sleep(policy.delay(attempt))
+                attempt += 1
+                continue
+            raise _transport_error(exc, request.url) from exc
+        if 200 <= response.status_code < 300:
+            return response
+        try:
+            text = (await response.aread()).decode("utf-8", "replace")
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, request.url) from exc
         finally:
             await response.aclose()
-    except httpx.TimeoutException as exc:
-        raise TransportError(f"timed out ({_describe(exc)})") from exc
-    except httpx.RemoteProtocolError as exc:
-        raise TransportError(f"connection closed mid-response ({_describe(exc)})") from exc
+        status = response.status_code
+        if attempt < policy.max_retries and policy.retries_status(status):
+            await trio.sleep(policy.delay(attempt, response.headers.get("retry-after")))
+            attempt += 1
+            continue
+        raise HttpStatusError(status, text, error_text(status, text))
+
+
+def _retryable(exc: httpx.HTTPError) -> bool:
+    """Errors where the server cannot have started answering: safe to send again."""
+    return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+
+
+async def _forward(response: httpx.Response, send: trio.MemorySendChannel[Any], url: str) -> None:
+    try:
+        chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                await send.send([chunk])
     except httpx.HTTPError as exc:
-        raise TransportError(f"{_describe(exc)} ({request.url})") from exc
+        raise _transport_error(exc, url) from exc
+    finally:
+        await response.aclose()
+
+
+def _transport_error(exc: httpx.HTTPError, url: str) -> TransportError:
+    if isinstance(exc, httpx.TimeoutException):
+        return TransportError(f"timed out ({_describe(exc)})")
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return TransportError(f"connection closed mid-response ({_describe(exc)})")
+    return TransportError(f"{_describe(exc)} ({url.split('?', 1)[0]})")
 
 
 def _describe(exc: Exception) -> str:

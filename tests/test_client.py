@@ -14,6 +14,7 @@ from cuca import (
     HttpStatusError,
     PluginError,
     ProviderError,
+    RetryPolicy,
     Text,
     TransportError,
     UnifiedRequest,
@@ -101,7 +102,9 @@ async def test_client_cut_connection_is_a_transport_error() -> None:
 async def test_client_http_status_error_carries_body_and_message() -> None:
     reply = Reply(b'{"error": "quota"}', status=429, headers=[("content-type", "application/json")])
     async with open_replay_server(reply) as server:
-        async with CucaClient(FAKE, base_url=server.url, api_key="sk-secret") as client:
+        async with CucaClient(
+            FAKE, base_url=server.url, api_key="sk-secret", retry=RetryPolicy.never()
+        ) as client:
             with pytest.raises(HttpStatusError) as info:
                 await collect(client)
     error = info.value

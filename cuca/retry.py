@@ -1,0 +1,73 @@
+"""When and how long to wait before sending a failed request again.
+
+Only failures before the first byte of the response body are retried: a connection
+that could not be made, or a status that says "try again" (408, 409, 429, 5xx). Once a
+body has started streaming, nothing is retried, so no block is ever yielded twice.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from collections.abc import Callable
+
+import attrs
+
+__all__ = ["RetryPolicy"]
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429, *range(500, 600)})
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Jittered exponential backoff that honours ``Retry-After``.
+
+    The n-th retry (n from 0) waits ``initial_delay * 2**n`` seconds, at most
+    ``max_delay``, reduced by up to ``jitter`` of itself at random. A ``Retry-After``
+    header (seconds or an HTTP date) replaces that wait when it is at most
+    ``max_retry_after`` seconds. ``max_retries=2`` by default, as the vendors' SDKs do;
+    ``RetryPolicy.never()`` turns retries off.
+    """
+
+    max_retries: int = 2
+    initial_delay: float = 0.5
+    max_delay: float = 8.0
+    jitter: float = 0.25
+    max_retry_after: float = 60.0
+    statuses: frozenset[int] = RETRYABLE_STATUSES
+    rng: Callable[[], float] = attrs.field(default=random.random, repr=False, eq=False)
+
+    @classmethod
+    def never(cls) -> RetryPolicy:
+        return cls(max_retries=0)
+
+    def retries_status(self, status: int) -> bool:
+        return status in self.statuses
+
+    def delay(
+        self, attempt: int, retry_after: str | None = None, now: float | None = None
+    ) -> float:
+        """Seconds to wait before retry number ``attempt`` (0 for the first retry)."""
+        hinted = parse_retry_after(retry_after, now)
+        if hinted is not None and 0 <= hinted <= self.max_retry_after:
+            return hinted
+        base = min(self.initial_delay * 2**attempt, self.max_delay)
+        return base * (1 - self.jitter * self.rng())
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds from ``now``: a number of seconds or an HTTP date."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
