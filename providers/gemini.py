@@ -1,0 +1,273 @@
+"""Gemini ``streamGenerateContent``: request encoding, framing and the adapter.
+
+Three things set Gemini apart from the other wire shapes:
+
+* a tool result names the *function*, not the call: ``functionResponse.name`` is the
+  Tool message's ``name``, else the name of the earlier ToolCall with that id, else the
+  call id itself;
+* opaque ``thoughtSignature`` values ride on individual parts, and go back on the same
+  kind of part they arrived on (thought, text or function call);
+* an error that happens mid-stream is a raw JSON object appended to the body outside
+  any SSE framing, which :class:`GeminiFramer` turns back into an event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from cuca.stages.sse import SseEvent, SseParser
+
+from cuca.errors import ConfigurationError
+from cuca.types import (
+    Block,
+    GeminiThinkingParams,
+    ImageBase64,
+    MessageRole,
+    ProviderEndpoint,
+    Text,
+    Thinking,
+    ThinkingConfig,
+    ThinkingEffort,
+    ToolCall,
+    ToolResult,
+    UnifiedMessage,
+    UnifiedRequest,
+)
+
+from .base import ClientSettings, Framer, HttpRequest, ProviderAdapter, StreamDecoder
+from .gemini_decode import SYNTHETIC_ID, GeminiDecoder
+
+__all__ = ["GeminiAdapter", "GeminiFramer", "make_gemini"]
+
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
+GEMINI = ProviderEndpoint.GOOGLE_GEMINI
+
+THINKING_LEVEL = {
+    ThinkingEffort.MINIMAL: "LOW",
+    ThinkingEffort.LOW: "LOW",
+    ThinkingEffort.MEDIUM: "MEDIUM",
+    ThinkingEffort.HIGH: "HIGH",
+    ThinkingEffort.XHIGH: "HIGH",
+}
+_SYNTHETIC = re.compile(SYNTHETIC_ID)
+MAX_RAW_ERROR = 64 * 1024
+"""Raw error text beyond this many characters is passed on without waiting for it to
+parse (its lines are re-joined and re-parsed as they come, so this bounds that work)."""
+
+
+def make_gemini(settings: ClientSettings) -> GeminiAdapter:
+    """The adapter for ``ProviderEndpoint.GOOGLE_GEMINI``."""
+    base = (settings.base_url or DEFAULT_BASE_URL).rstrip("/")
+    return GeminiAdapter(base, settings.api_key)
+
+
+class GeminiAdapter(ProviderAdapter):
+    """Encodes requests for, and decodes streams of, the Gemini API."""
+
+    endpoint = GEMINI
+
+    def __init__(self, base_url: str, api_key: str | None) -> None:
+        self.base_url = base_url
+        self._api_key = api_key
+
+    def __repr__(self) -> str:
+        return f"GeminiAdapter({self.base_url!r})"
+
+    def encode(self, request: UnifiedRequest) -> HttpRequest:
+        if not self._api_key:
+            raise ConfigurationError("gemini requires an api key")
+        model = request.model.removeprefix("models/")
+        url = f"{self.base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
+        headers = {"x-goog-api-key": self._api_key, "content-type": "application/json"}
+        return HttpRequest(url, headers, encode_body(request))
+
+    def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
+        return GeminiDecoder()
+
+    def new_framer(self) -> Framer:
+        return GeminiFramer()
+
+    def error_message(self, status: int, body: str) -> str | None:
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return None
+        if isinstance(payload, list) and payload:
+            payload = payload[0]
+        error = payload.get("error") if isinstance(payload, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        return message if isinstance(message, str) else None
+
+
+class GeminiFramer:
+    """Server-sent events, plus the raw JSON error object Gemini appends outside the
+    framing: once its lines parse as JSON (or at the end of the body, or past
+    ``MAX_RAW_ERROR`` characters) it is returned as a synthetic
+    ``SseEvent(data=<json>, event="error")``."""
+
+    def __init__(self) -> None:
+        self._sse = SseParser(keep_stray_lines=True)
+        self._raw: list[str] = []
+
+    def feed(self, data: bytes) -> list[SseEvent]:
+        events = self._sse.feed(data)
+        events.extend(self._raw_objects())
+        return events
+
+    def close(self) -> list[SseEvent]:
+        events = self._sse.close()
+        events.extend(self._raw_objects())
+        if self._raw:
+            events.append(SseEvent(data="\n".join(self._raw), event="error"))
+            self._raw = []
+        return events
+
+    def _raw_objects(self) -> list[SseEvent]:
+        events = []
+        for line in self._sse.take_stray_lines():
+            if not self._raw and not line.lstrip().startswith(("{", "[")):
+                continue  # a stray line that starts no JSON value is ignored, as SSE says
+            self._raw.append(line)
+            text = "\n".join(self._raw)
+            if len(text) < MAX_RAW_ERROR:
+                try:
+                    json.loads(text)
+                except ValueError:
+                    continue
+            events.append(SseEvent(data=text, event="error"))
+            self._raw = []
+        return events
+
+
+# -- request body ----------------------------------------------------------------------
+
+
+def encode_body(request: UnifiedRequest) -> dict[str, Any]:
+    """The JSON body of a ``streamGenerateContent`` call."""
+    body: dict[str, Any] = {}
+    system = "\n".join(m.text() for m in request.messages if m.role is MessageRole.SYSTEM)
+    if system:
+        body["systemInstruction"] = {"parts": [{"text": system}]}
+    body["contents"] = _contents(request.messages)
+    if request.tools:
+        declarations = [
+            {"name": t.name, "description": t.description, "parametersJsonSchema": t.input_schema}
+            for t in request.tools
+        ]
+        body["tools"] = [{"functionDeclarations": declarations}]
+    config = _generation_config(request)
+    if config:
+        body["generationConfig"] = config
+    return body
+
+
+def _generation_config(request: UnifiedRequest) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    if request.temperature is not None:
+        config["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        config["maxOutputTokens"] = request.max_tokens
+    if request.thinking is not None:
+        config["thinkingConfig"] = _thinking_config(request.thinking)
+    return config
+
+
+def _thinking_config(thinking: ThinkingConfig) -> dict[str, Any]:
+    if not thinking.enabled:
+        return {"includeThoughts": False}
+    params = thinking.params
+    if isinstance(params, GeminiThinkingParams) and params.thinking_budget is not None:
+        return {"thinkingBudget": params.thinking_budget, "includeThoughts": True}
+    if isinstance(params, GeminiThinkingParams) and params.thinking_level is not None:
+        return {"thinkingLevel": params.thinking_level, "includeThoughts": True}
+    if thinking.effort is None:
+        return {"includeThoughts": True}
+    return {"thinkingLevel": THINKING_LEVEL[thinking.effort], "includeThoughts": True}
+
+
+def _contents(messages: tuple[UnifiedMessage, ...]) -> list[dict[str, Any]]:
+    calls = {
+        block.id: block
+        for message in messages
+        for block in message.content
+        if isinstance(block, ToolCall)
+    }
+    contents: list[dict[str, Any]] = []
+    previous: MessageRole | None = None
+    for message in messages:
+        if message.role is MessageRole.SYSTEM:
+            continue
+        if message.role is MessageRole.TOOL:
+            parts = _tool_parts(message, calls)
+        else:
+            parts = [p for block in message.content if (p := _part(block, calls)) is not None]
+        if not parts:
+            continue
+        if message.role is MessageRole.TOOL and previous is MessageRole.TOOL:
+            # All answers to one model turn's calls travel in one user turn.
+            contents[-1]["parts"].extend(parts)
+        else:
+            role = "model" if message.role is MessageRole.ASSISTANT else "user"
+            contents.append({"role": role, "parts": parts})
+        previous = message.role
+    return contents
+
+
+def _part(block: Block, calls: dict[str, ToolCall]) -> dict[str, Any] | None:
+    """The part for one block; a signature goes back only to Gemini, on the same part."""
+    part: dict[str, Any]
+    if isinstance(block, Text):
+        if not block.text and not _signature(block):
+            return None
+        part = {"text": block.text}
+    elif isinstance(block, Thinking):
+        if block.provider != GEMINI:
+            return None  # another provider's reasoning means nothing to Gemini
+        part = {"text": block.text, "thought": True}
+    elif isinstance(block, ToolCall):
+        call: dict[str, Any] = {"name": block.name, "args": dict(block.arguments)}
+        if _server_id(block):
+            call["id"] = block.id
+        part = {"functionCall": call}
+    elif isinstance(block, ImageBase64):
+        return {"inlineData": {"mimeType": block.media_type, "data": block.data}}
+    elif isinstance(block, ToolResult):
+        return _function_response(block, calls.get(block.tool_call_id), None)
+    else:
+        return None
+    signature = _signature(block)
+    if signature:
+        part["thoughtSignature"] = signature
+    return part
+
+
+def _tool_parts(message: UnifiedMessage, calls: dict[str, ToolCall]) -> list[dict[str, Any]]:
+    results = [b for b in message.content if isinstance(b, ToolResult)]
+    if not results:
+        results = [ToolResult(message.tool_call_id or "", message.text())]
+    return [_function_response(r, calls.get(r.tool_call_id), message.name) for r in results]
+
+
+def _function_response(
+    result: ToolResult, call: ToolCall | None, message_name: str | None
+) -> dict[str, Any]:
+    """Gemini matches a result to its call by function name (the message's ``name``,
+    else the call's, else the call id); the id goes along only when Gemini issued it."""
+    name = message_name or (call.name if call is not None else "") or result.tool_call_id
+    key = "error" if result.is_error else "output"
+    response: dict[str, Any] = {"name": name, "response": {key: result.output}}
+    if call is not None and _server_id(call):
+        response["id"] = call.id
+    return {"functionResponse": response}
+
+
+def _signature(block: Text | Thinking | ToolCall) -> str | None:
+    return block.signature if block.provider == GEMINI else None
+
+
+def _server_id(call: ToolCall) -> bool:
+    """Whether Gemini itself issued ``call.id`` (ids cuca made up are not sent back:
+    Gemini 2 rejects an ``id`` it does not expect)."""
+    return call.provider == GEMINI and bool(call.id) and not _SYNTHETIC.fullmatch(call.id)
