@@ -1,0 +1,143 @@
+"""``cuca chat``: resolve the settings, load the local model if needed, then run one
+turn or an interactive session.
+
+Everything blocking happens off the trio thread: the model loads in a worker thread
+(:mod:`cuca.cli.progress`), the session reads lines in one. Every ``CucaError``
+ends as one line on stderr and an exit status (:func:`cuca.cli.turn.exit_status`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from cuca.client import CucaClient
+from cuca.errors import ConfigurationError, CucaError
+from cuca.types import ProviderEndpoint, UnifiedRequest
+
+from .config import EXIT_INTERRUPTED, EXIT_OK, ChatSettings, CliError, resolve_chat
+from .console import Console
+from .jsonl import JsonRenderer
+from .progress import load_with_progress
+from .render import Renderer, TextRenderer
+from .session import Session, line_reader
+from .turn import exit_status, interruptible, stream_turn
+
+if TYPE_CHECKING:
+    from cuca.engine import LocalModel
+
+__all__ = ["first_request", "make_client", "run_chat"]
+
+DEFAULT_CTX = 4096
+
+
+def first_request(settings: ChatSettings) -> UnifiedRequest:
+    """The request every turn starts from: model, system message and sampling flags."""
+    request = UnifiedRequest.new(settings.model)
+    if settings.system:
+        request = request.add_system_message(settings.system)
+    return (
+        request.set_max_tokens(settings.max_tokens)
+        .set_temperature(settings.temperature)
+        .set_thinking(settings.thinking)
+    )
+
+
+def make_client(settings: ChatSettings, model: LocalModel | None = None) -> CucaClient:
+    """A client for the resolved provider (``model`` for the local one)."""
+    config: Any = None
+    if settings.provider == ProviderEndpoint.LLAMA_CPP:
+        from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
+
+        route = LlamaRoute(settings.route or LlamaRoute.CHAT.value)
+        config = LlamaCppConfig(route=route, n_threads=settings.threads)
+    return CucaClient(
+        settings.provider,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        provider_config=config,
+        local_model=model,
+    )
+
+
+def _load_model(settings: ChatSettings) -> LocalModel:
+    """Load the local model (blocking; runs in a worker thread)."""
+    from cuca.engine import LocalModel
+
+    assert settings.model_path is not None  # resolve_chat sets it for the local provider
+    template = None
+    if settings.chat_template_file is not None:
+        path = settings.chat_template_file
+        try:
+            template = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"cannot read chat template {path}: {exc}") from None
+    return LocalModel.load(
+        settings.model_path,
+        n_ctx=settings.ctx or DEFAULT_CTX,
+        n_threads=settings.threads,
+        chat_template=template,
+    )
+
+
+async def _run_once(client: CucaClient, request: UnifiedRequest, renderer: Renderer) -> int:
+    try:
+        _, interrupted = await interruptible(lambda: stream_turn(client, request, renderer))
+    except CucaError as error:
+        renderer.failed(error)
+        return exit_status(error)
+    if interrupted:
+        renderer.interrupted()
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+async def chat(settings: ChatSettings, console: Console, stdin_tty: bool = False) -> int:
+    """Run ``cuca chat`` with resolved ``settings``; returns the exit status."""
+    renderer: Renderer = JsonRenderer(console) if settings.json else TextRenderer(console)
+    model: LocalModel | None = None
+    try:
+        if settings.model_path is not None:
+            path = settings.model_path
+            model = await load_with_progress(lambda: _load_model(settings), path.name, console)
+        async with make_client(settings, model) as client:
+            request = first_request(settings)
+            if not settings.interactive:
+                assert settings.prompt is not None
+                return await _run_once(client, request.add_user_message(settings.prompt), renderer)
+            session = Session(client, request, renderer, console)
+            read = line_reader(console, sys.stdin, stdin_tty)
+            return await session.run(settings.prompt, read, stdin_tty)
+    except CucaError as error:  # before the first turn: loading, building the adapter
+        renderer.failed(error)
+        return exit_status(error)
+    finally:
+        if model is not None:
+            model.close()
+
+
+def _read_prompt() -> str:
+    prompt = sys.stdin.read().strip()
+    if not prompt:
+        raise CliError("no prompt: pass one as an argument, on stdin, or use --interactive")
+    return prompt
+
+
+def run_chat(args: argparse.Namespace, env: Mapping[str, str], console: Console) -> int:
+    """``cuca chat``, from parsed flags to exit status."""
+    stdin_tty = sys.stdin is not None and sys.stdin.isatty()
+    try:
+        settings = resolve_chat(args, env, stdin_tty)
+    except ConfigurationError as error:  # the default model's package is missing
+        raise CliError(str(error)) from None
+    if not settings.interactive:
+        if settings.prompt is None:
+            settings = attrs.evolve(settings, prompt=_read_prompt())
+        elif not settings.prompt.strip():
+            raise CliError("the prompt is empty")
+    return trio.run(chat, settings, console, stdin_tty)

@@ -1,0 +1,107 @@
+"""The command line of ``cuca``: subcommands and flags, parsed by argparse.
+
+Only the shape of the command line lives here. What a flag means once it meets the
+environment (defaults per provider, API keys, which flags fit which provider) is
+decided in :mod:`cuca.cli.config`, so that the parser stays a plain table of flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+__all__ = ["PROVIDER_NAMES", "THINK_LEVELS", "build_parser"]
+
+PROVIDER_NAMES = (
+    "openai",
+    "anthropic",
+    "gemini",
+    "deepseek",
+    "llama_cpp",
+    "vllm",
+    "lm_studio",
+    "local",
+)
+"""The names ``--provider`` and ``CUCA_PROVIDER`` accept (``ProviderEndpoint.parse`` also
+takes the aliases ``google_gemini``, ``llamacpp``, ``lmstudio`` and dashes)."""
+
+THINK_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _number(kind: Callable[[str], float], minimum: float, what: str) -> Callable[[str], float]:
+    """An argparse ``type`` that reads a number no smaller than ``minimum``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is below {minimum:g}")
+        return value
+
+    return parse
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        return int(_number(int, minimum, "a whole number")(text))
+
+    return parse
+
+
+def _add_chat(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    chat = commands.add_parser(
+        "chat",
+        help="stream one turn, or run an interactive session",
+        description=(
+            "Stream one turn for PROMPT. With no PROMPT, read it from stdin when stdin is "
+            "not a terminal, else start an interactive session (also with --interactive)."
+        ),
+    )
+    chat.add_argument("prompt", nargs="?", metavar="PROMPT", help="the user message")
+    chat.add_argument("-i", "--interactive", action="store_true", help="keep a conversation")
+    chat.add_argument("--provider", help="one of " + ", ".join(PROVIDER_NAMES))
+    chat.add_argument("--base-url", help="the server's base URL (HTTP providers)")
+    chat.add_argument("--model", help="the model name sent to the provider")
+    chat.add_argument("--api-key", help="API key (default: the vendor's env variable)")
+    chat.add_argument("--system", help="a system message")
+    chat.add_argument("--max-tokens", type=_count(1), metavar="N", help="cap on output tokens")
+    chat.add_argument("--temperature", type=_number(float, 0.0, "a number"), metavar="T")
+    chat.add_argument("--think", choices=THINK_LEVELS, help="reasoning off, or an effort level")
+    chat.add_argument("--route", choices=("chat", "completion"), help="llama.cpp route")
+    chat.add_argument("--model-path", metavar="GGUF", help="a GGUF file (local provider)")
+    chat.add_argument("--threads", type=_count(1), metavar="N", help="CPU threads")
+    chat.add_argument("--ctx", type=_count(1), metavar="N", help="context size (local)")
+    chat.add_argument(
+        "--chat-template-file", metavar="FILE", help="a jinja chat template (local provider)"
+    )
+    chat.add_argument("--json", action="store_true", help="one JSON line per stream item")
+
+
+def _add_models(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    models = commands.add_parser("models", help="look at local model files")
+    actions = models.add_subparsers(dest="action", metavar="ACTION", required=True)
+    inspect = actions.add_parser(
+        "inspect",
+        help="what the engine reads from a GGUF file",
+        description="Print a GGUF file's architecture, context length, chat template family "
+        "and capabilities, read from its metadata without loading the weights.",
+    )
+    inspect.add_argument("path", metavar="PATH", help="a GGUF file")
+    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``cuca`` parser: ``cuca chat ...`` and ``cuca models inspect ...``."""
+    parser = argparse.ArgumentParser(
+        prog="cuca",
+        description="Chat with any LLM backend cuca supports, or inspect a local model.",
+    )
+    from cuca import __version__
+
+    parser.add_argument("--version", action="version", version=f"cuca {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_chat(commands)
+    _add_models(commands)
+    return parser

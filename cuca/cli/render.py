@@ -1,0 +1,195 @@
+"""Showing a stream to a person: answer text, thinking apart, tool calls, a usage line.
+
+On a terminal, thinking is dim; elsewhere it sits under a ``--- thinking ---`` heading
+and the answer that follows under ``--- answer ---``, so a pipe still tells them apart.
+An answer with no thinking is written bare. Non-fatal errors and the usage line go to
+stderr, so stdout holds the model's output only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Protocol
+
+from cuca.errors import CucaError
+from cuca.types import Block, ImageBase64, Text, Thinking, ToolCall, ToolResult, UnifiedResponse
+
+from .console import Console
+
+__all__ = ["Renderer", "TextRenderer", "TurnClock", "usage_line"]
+
+DIM = "\x1b[2m"
+RESET = "\x1b[0m"
+THINKING_HEADING = "--- thinking ---"
+ANSWER_HEADING = "--- answer ---"
+
+
+class Renderer(Protocol):
+    """What a command calls while a turn streams (text or JSON output)."""
+
+    def begin(self) -> None:
+        """A turn starts: reset per-turn state and the clock."""
+
+    def item(self, item: Block | CucaError) -> None:
+        """One stream item: a block, or an error that did not end the turn."""
+
+    def end(self, response: UnifiedResponse | None) -> None:
+        """The stream ended cleanly with ``response``."""
+
+    def failed(self, error: CucaError) -> None:
+        """The turn (or its set-up) ended with ``error``."""
+
+    def interrupted(self) -> None:
+        """Ctrl-C stopped the turn."""
+
+
+class TurnClock:
+    """When a turn started and when its first item arrived, for tokens per second."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.first: float | None = None
+
+    def mark(self) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+
+    def rate(self, completion_tokens: int) -> float | None:
+        """Output tokens per second while generating (after the first item arrived:
+        prompt processing and network set-up are not counted)."""
+        now = time.monotonic()
+        if self.first is not None and completion_tokens >= 2 and now > self.first:
+            return (completion_tokens - 1) / (now - self.first)
+        if completion_tokens and now > self.started:
+            return completion_tokens / (now - self.started)
+        return None
+
+
+def usage_line(response: UnifiedResponse | None, rate: float | None) -> str:
+    """``usage: prompt 42 (cache read 30, write 12) · completion 17 · reasoning 0 ·
+    38.5 tok/s · stop``. The cache part is left out when the provider reports no cache
+    usage, ``reasoning n/a`` means the count was not reported."""
+    parts: list[str] = []
+    usage = response.usage if response else None
+    cache = response.prompt_cache_usage if response else None
+    if usage is not None:
+        prompt = f"prompt {usage.prompt_tokens}"
+        if cache is not None:
+            prompt += f" (cache read {cache.read_tokens}, write {cache.write_tokens})"
+        parts.append(prompt)
+        parts.append(f"completion {usage.completion_tokens}")
+        reasoning = usage.reasoning_tokens
+        parts.append(f"reasoning {'n/a' if reasoning is None else reasoning}")
+    else:
+        parts.append("not reported")
+    if rate is not None:
+        parts.append(f"{rate:.1f} tok/s")
+    if response is not None and response.finish_reason:
+        parts.append(response.finish_reason)
+    return "usage: " + " · ".join(parts)
+
+
+def tool_call_line(call: ToolCall) -> str:
+    """``[tool call] name({"a": 1})``."""
+    arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
+    return f"[tool call] {call.name}({arguments})"
+
+
+class TextRenderer:
+    """Writes a turn for people: the answer streamed to stdout, the rest on stderr."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.clock = TurnClock()
+        self._section: str | None = None  # "thinking", "answer" or None
+        self._line_open = False  # something is written on stdout's current line
+
+    def begin(self) -> None:
+        self.clock = TurnClock()
+        self._section, self._line_open = None, False
+
+    def item(self, item: Block | CucaError) -> None:
+        self.clock.mark()
+        if isinstance(item, CucaError):
+            self._break_line()
+            self.console.warning(str(item))
+        elif isinstance(item, Thinking):
+            self._thinking(item)
+        elif isinstance(item, Text):
+            self._answer(item.text)
+        elif isinstance(item, ToolCall):
+            self._whole_line(tool_call_line(item))
+        elif isinstance(item, ImageBase64):
+            self._whole_line(f"[image {item.media_type}, {len(item.data)} base64 chars]")
+        elif isinstance(item, ToolResult):
+            self._whole_line(f"[tool result {item.tool_call_id}] {item.output}")
+
+    def end(self, response: UnifiedResponse | None) -> None:
+        self._finish_output()
+        usage = response.usage if response else None
+        rate = self.clock.rate(usage.completion_tokens) if usage else None
+        self.console.status(usage_line(response, rate))
+
+    def failed(self, error: CucaError) -> None:
+        self._finish_output()
+        self.console.error(str(error))
+
+    def interrupted(self) -> None:
+        self._finish_output()
+        self.console.status("cuca: interrupted")
+
+    # -- stdout ----------------------------------------------------------------------
+
+    def _write(self, text: str) -> None:
+        if text:
+            self.console.out.write(text)
+            self.console.out.flush()
+            self._line_open = not text.endswith("\n")
+
+    def _thinking(self, block: Thinking) -> None:
+        text = "[redacted thinking]\n" if block.redacted else block.text
+        if not text:
+            return  # an empty delta carrying only a signature
+        if self._section != "thinking":
+            self._start_section("thinking")
+            if self.console.color:
+                self.console.out.write(DIM)
+            else:
+                self._write(THINKING_HEADING + "\n")
+        self._write(text)
+
+    def _answer(self, text: str) -> None:
+        if not text:
+            return
+        if self._section != "answer":
+            after_thinking = self._section == "thinking"
+            self._start_section("answer")
+            if after_thinking:  # on a terminal, a blank line after the dim thinking
+                self._write("\n" if self.console.color else ANSWER_HEADING + "\n")
+        self._write(text)
+
+    def _whole_line(self, line: str) -> None:
+        self._start_section(None)
+        self._write(line + "\n")
+
+    def _start_section(self, section: str | None) -> None:
+        """Close the current section (reset colour, end its line) before another."""
+        if self._section == "thinking" and self.console.color:
+            self.console.out.write(RESET)
+        if self._section is not None and section != self._section:
+            self._end_line()
+        self._section = section
+
+    def _end_line(self) -> None:
+        if self._line_open:
+            self._write("\n")
+
+    def _break_line(self) -> None:
+        """Before a note on stderr: end stdout's line when both share a terminal."""
+        if self.console.out_tty:
+            self._start_section(None)
+
+    def _finish_output(self) -> None:
+        self._start_section(None)
+        self._end_line()
