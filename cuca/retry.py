@@ -52,7 +52,7 @@ class RetryPolicy:
         hinted = parse_retry_after(retry_after, now)
         if hinted is not None and 0 <= hinted <= self.max_retry_after:
             return hinted
-        base = min(self.initial_delay * 2**attempt, self.max_delay)
+        base = min(self.initial_delay * 2.0**attempt, self.max_delay)
         return base * (1 - self.jitter * self.rng())
 
 
