@@ -147,10 +147,12 @@ def sse_stage(new_framer: Callable[[], Framer]) -> Stage:
         framer = new_framer()
         async for batch in receive:
             events: list[Any] = []
-            for chunk in batch:
-                events += framer.feed(chunk)
-            if events:
-                await send.send(events)
+            try:
+                for chunk in batch:
+                    events += framer.feed(chunk)
+            finally:  # events framed before an error still go on
+                if events:
+                    await send.send(events)
         tail = framer.close()
         if tail:
             await send.send(tail)
