@@ -1,0 +1,270 @@
+"""A model's chat template: a request in, the prompt text out.
+
+:class:`ChatTemplate` renders a :class:`~cuca.types.UnifiedRequest` through the jinja2
+template a GGUF file carries, with the variables Hugging Face transformers passes
+(``messages``, ``tools``, ``add_generation_prompt``, ``bos_token``, ``eos_token``) plus
+``enable_thinking``, ``thinking`` and ``preserve_thinking``, inside the bounded sandbox
+of :mod:`engine.sandbox`. From the same template it derives what the output parser
+needs (:meth:`ChatTemplate.output_format`) and what the model supports
+(:meth:`ChatTemplate.capabilities`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from cuca.errors import ConfigurationError, TemplateError
+from cuca.types import (
+    ImageBase64,
+    MessageRole,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    UnifiedMessage,
+    UnifiedRequest,
+)
+
+from .families import Family, detect_family, ends_in_reasoning, find_markers
+from .formats import Capabilities, OutputFormat
+from .sandbox import ChatSandbox, Limits
+
+__all__ = ["ChatTemplate", "ToolArguments", "template_variables", "thinking_enabled"]
+
+
+# -- request -> template variables ----------------------------------------------------
+
+
+def _plain_json(value: Any, what: str) -> Any:
+    """A deep copy made of plain dicts and lists, so a template cannot touch the request."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{what} is not JSON: {exc}") from None
+
+
+class ToolArguments(dict[str, Any]):
+    """Tool-call arguments as the template sees them: a JSON object.
+
+    It is a plain ``dict`` to the template (``is mapping``, ``| tojson``, ``.items()``),
+    but a template written for string arguments (``'...' + arguments``, as in
+    functionary v3.2) gets the object's JSON text instead of a type error.
+    """
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return json.dumps(self, ensure_ascii=False) + other
+        return NotImplemented
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return other + json.dumps(self, ensure_ascii=False)
+        return NotImplemented
+
+
+def _arguments(call: ToolCall) -> ToolArguments:
+    """The call's arguments as an object: an object, null or a string holding one."""
+    value: Any = call.arguments
+    if value is None:
+        return ToolArguments()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise ConfigurationError(
+                f"tool call {call.id} arguments are not a JSON object: {value!r}"
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"tool call {call.id} arguments must be a JSON object, not {type(value).__name__}"
+        )
+    return ToolArguments(_plain_json(dict(value), f"tool call {call.id} arguments"))
+
+
+def _tool_call(call: ToolCall) -> dict[str, Any]:
+    function = {"name": call.name, "arguments": _arguments(call)}
+    return {"id": call.id, "type": "function", "function": function}
+
+
+def _joined(blocks: tuple[Any, ...], kind: type[Text] | type[ToolResult]) -> str:
+    if kind is ToolResult:
+        return "\n".join(b.output for b in blocks if isinstance(b, ToolResult))
+    return "\n".join(b.text for b in blocks if isinstance(b, Text))
+
+
+def _message(index: int, message: UnifiedMessage) -> dict[str, Any]:
+    if any(isinstance(block, ImageBase64) for block in message.content):
+        raise ConfigurationError(f"the local engine is text only: message {index} has an image")
+    role = message.role
+    if role is MessageRole.TOOL:
+        results = [b for b in message.content if isinstance(b, ToolResult)]
+        out: dict[str, Any] = {"role": "tool", "content": _joined(message.content, ToolResult)}
+        call_id = message.tool_call_id or (results[0].tool_call_id if results else None)
+        if call_id is not None:
+            out["tool_call_id"] = call_id
+        if message.name is not None:
+            out["name"] = message.name
+        return out
+    out = {"role": role.value, "content": _joined(message.content, Text)}
+    if role is MessageRole.ASSISTANT:
+        thinking = [b.text for b in message.content if isinstance(b, Thinking)]
+        calls = [_tool_call(b) for b in message.content if isinstance(b, ToolCall)]
+        if thinking:
+            out["reasoning_content"] = "".join(thinking)
+        if calls:
+            out["tool_calls"] = calls
+    return out
+
+
+def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    parameters = _plain_json(dict(tool.input_schema), f"tool {tool.name} input_schema")
+    function = {"name": tool.name, "description": tool.description, "parameters": parameters}
+    return {"type": "function", "function": function}
+
+
+def thinking_enabled(request: UnifiedRequest) -> bool:
+    """True iff the request sets thinking and enables it."""
+    return request.thinking is not None and request.thinking.enabled
+
+
+def template_variables(
+    request: UnifiedRequest,
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+) -> dict[str, Any]:
+    """The variables a chat template sees for ``request``.
+
+    Raises :class:`~cuca.errors.ConfigurationError` for what the local engine cannot
+    send: an image, or tool-call arguments that are not a JSON object.
+    """
+    thinking = thinking_enabled(request)
+    variables: dict[str, Any] = {
+        "messages": [_message(i, m) for i, m in enumerate(request.messages)],
+        "add_generation_prompt": add_generation_prompt,
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        "enable_thinking": thinking,
+        "thinking": thinking,
+        "preserve_thinking": False,
+    }
+    if request.tools:
+        variables["tools"] = [_tool(t) for t in request.tools]
+    return variables
+
+
+def _text_size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(_text_size(k) + _text_size(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(_text_size(v) for v in value)
+    return 8
+
+
+def _suffix(full: str, prefix: str) -> str:
+    """What ``full`` adds to ``prefix``: the part after their longest common prefix."""
+    if full.startswith(prefix):
+        return full[len(prefix) :]
+    common = 0
+    for a, b in zip(full, prefix, strict=False):
+        if a != b:
+            break
+        common += 1
+    return full[common:]
+
+
+_PROBE = UnifiedRequest.new("probe").add_user_message("Hello").set_thinking(True)
+
+
+# -- the template ---------------------------------------------------------------------
+
+
+class ChatTemplate:
+    """A compiled chat template.
+
+    ``bos_token`` and ``eos_token`` are the model's special tokens as text. ``limits``
+    bounds each rendering (see :class:`~engine.sandbox.Limits`); ``clock`` is what
+    ``strftime_now`` reads (``datetime.now`` by default; tests pin it). Raises
+    :class:`~cuca.errors.TemplateError` if ``source`` is not a valid template.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        limits: Limits | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self._sandbox = ChatSandbox(limits, clock)
+        self._template, self._reads = self._sandbox.compile_template(source)
+        self.family: Family = detect_family(source)
+        self._capabilities: Capabilities | None = None
+
+    def __repr__(self) -> str:
+        return f"<ChatTemplate family={self.family.name} {len(self.source)} chars>"
+
+    def reads(self, variable: str) -> bool:
+        """Whether the template reads ``variable`` from its context (e.g. ``enable_thinking``)."""
+        return variable in self._reads
+
+    def render(self, request: UnifiedRequest, *, add_generation_prompt: bool = True) -> str:
+        """The prompt for ``request``.
+
+        Raises :class:`~cuca.errors.ConfigurationError` for a request the engine cannot
+        send and :class:`~cuca.errors.TemplateError` for any failure of the template,
+        including its own ``raise_exception``.
+        """
+        variables = template_variables(
+            request,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
+        size = _text_size(variables)
+        return self._sandbox.render_template(self._template, variables, input_chars=size)
+
+    def generation_prompt(self, request: UnifiedRequest) -> str:
+        """What ``add_generation_prompt`` appends to the rendered conversation."""
+        with_prompt = self.render(request, add_generation_prompt=True)
+        return _suffix(with_prompt, self.render(request, add_generation_prompt=False))
+
+    def output_format(self, request: UnifiedRequest | None = None) -> OutputFormat:
+        """What to look for in the output: reasoning markers, tool syntax, and whether
+        generation for ``request`` starts inside a reasoning block (the generation prompt
+        leaves one open). Without a request, a one-message conversation with thinking
+        unset stands in for it.
+        """
+        if request is None:
+            request = _PROBE.set_thinking(None)
+        tail = self.generation_prompt(request)
+        markers = self.family.reasoning or find_markers(tail)
+        opened = markers is not None and ends_in_reasoning(tail, markers)
+        return OutputFormat(markers, self.family.tool_syntax, opened)
+
+    def capabilities(self) -> Capabilities:
+        """What the model supports, read from its template (never raises)."""
+        if self._capabilities is None:
+            self._capabilities = Capabilities(
+                reasoning=self.family.reasoning is not None or self._probe_opens_reasoning(),
+                can_disable_thinking=self.reads("enable_thinking"),
+                tools=self.family.tool_syntax is not None,
+            )
+        return self._capabilities
+
+    def _probe_opens_reasoning(self) -> bool:
+        try:
+            return self.output_format(_PROBE).starts_in_thinking
+        except (TemplateError, ConfigurationError):
+            return False
