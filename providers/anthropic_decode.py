@@ -201,7 +201,7 @@ class AnthropicDecoder(StreamDecoder):
             return ToolCall(opened.id, opened.name, arguments)
         try:
             parsed = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             parsed = None
         if not isinstance(parsed, dict):
             return ProviderError(self.provider, f"malformed tool call: {raw}")

@@ -127,5 +127,5 @@ def loads_json(data: str, provider: str) -> Any:
     """``json.loads`` that raises :class:`~cuca.errors.JsonError` naming the provider."""
     try:
         return json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise JsonError(f"{provider} sent a frame that is not JSON: {data[:200]!r}") from exc

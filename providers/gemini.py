@@ -17,9 +17,8 @@ import json
 import re
 from typing import Any
 
-from cuca.stages.sse import SseEvent, SseParser
-
 from cuca.errors import ConfigurationError
+from cuca.stages.sse import STRAY_LINE, SseEvent, SseParser
 from cuca.types import (
     Block,
     GeminiThinkingParams,
@@ -112,21 +111,23 @@ class GeminiFramer:
         self._raw: list[str] = []
 
     def feed(self, data: bytes) -> list[SseEvent]:
-        events = self._sse.feed(data)
-        events.extend(self._raw_objects())
-        return events
+        return self._sort(self._sse.feed(data))
 
     def close(self) -> list[SseEvent]:
-        events = self._sse.close()
-        events.extend(self._raw_objects())
+        events = self._sort(self._sse.close())
         if self._raw:
             events.append(SseEvent(data="\n".join(self._raw), event="error"))
             self._raw = []
         return events
 
-    def _raw_objects(self) -> list[SseEvent]:
+    def _sort(self, parsed: list[SseEvent]) -> list[SseEvent]:
+        """Pass events through; gather stray lines, in place, into raw JSON objects."""
         events = []
-        for line in self._sse.take_stray_lines():
+        for event in parsed:
+            if event.event != STRAY_LINE:
+                events.append(event)
+                continue
+            line = event.data
             if not self._raw and not line.lstrip().startswith(("{", "[")):
                 continue  # a stray line that starts no JSON value is ignored, as SSE says
             self._raw.append(line)
@@ -134,7 +135,7 @@ class GeminiFramer:
             if len(text) < MAX_RAW_ERROR:
                 try:
                     json.loads(text)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
             events.append(SseEvent(data=text, event="error"))
             self._raw = []

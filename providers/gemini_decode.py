@@ -152,7 +152,7 @@ def _raw_error_text(raw: str) -> str:
     """The message of the raw JSON object the framer found outside SSE framing."""
     try:
         payload = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         payload = None
     if isinstance(payload, list) and payload:
         payload = payload[0]

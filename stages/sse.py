@@ -24,7 +24,10 @@ import attrs
 
 from cuca.errors import SseParseError
 
-__all__ = ["SseEvent", "SseParser", "sse_events"]
+STRAY_LINE = "\nstray"
+"""The event type of a stray line returned with ``keep_stray_lines=True``."""
+
+__all__ = ["STRAY_LINE", "SseEvent", "SseParser", "sse_events"]
 
 _BOM = b"\xef\xbb\xbf"
 _INITIAL_CAPACITY = 8192
@@ -56,9 +59,11 @@ class SseParser:
     events completed before that line in the same chunk are returned first, and the
     error is raised by the next call (the parser stays broken).
 
-    With ``keep_stray_lines=True`` the lines that are neither comments nor ``data``,
-    ``event``, ``id`` or ``retry`` fields are kept for :meth:`take_stray_lines`; Gemini
-    appends its errors as raw JSON lines after the last event.
+    With ``keep_stray_lines=True`` each line that is neither a comment nor a ``data``,
+    ``event``, ``id`` or ``retry`` field is also returned, in stream order, as
+    ``SseEvent(data=line, event=STRAY_LINE)`` (a type no server can send, since it
+    holds a line feed); Gemini appends its errors as raw JSON lines after the last
+    event, and their position among the events matters.
     """
 
     __slots__ = (
@@ -74,12 +79,10 @@ class SseParser:
         "_line_start",
         "_retry",
         "_skip_lf",
-        "_stray",
     )
 
     def __init__(self, *, keep_stray_lines: bool = False) -> None:
         self._keep_stray = keep_stray_lines
-        self._stray: list[str] = []
         self._buf = bytearray(_INITIAL_CAPACITY)  # the partial last line, reused
         self._len = 0  # bytes of ``_buf`` in use
         self._line_start = 0  # stream offset of ``_buf[0]``
@@ -139,8 +142,9 @@ class SseParser:
         id and retry are kept, so the parser can read the stream of a reconnection.
         """
         self._raise_if_broken()
+        tail: list[SseEvent] = []
         if self._keep_stray and self._len and not self._at_start:
-            self._keep_if_stray(self._decode_buffer())
+            self._keep_if_stray(self._decode_buffer(), tail)
             self._raise_if_broken()
         self._len = 0
         self._fed = 0
@@ -148,12 +152,7 @@ class SseParser:
         self._event = ""
         self._skip_lf = False
         self._at_start = True
-        return []
-
-    def take_stray_lines(self) -> list[str]:
-        """Return and forget the stray lines kept so far (see ``keep_stray_lines``)."""
-        stray, self._stray = self._stray, []
-        return stray
+        return tail
 
     def _raise_if_broken(self) -> None:
         if self._error is not None:
@@ -283,11 +282,11 @@ class SseParser:
                 event = line[7:] if line.startswith(" ", 6) else line[6:]
             elif line[0] != ":":
                 self._event = event
-                self._take_field(line)
+                self._take_field(line, events)
                 event = self._event
         self._event = event
 
-    def _take_field(self, line: str) -> None:
+    def _take_field(self, line: str, events: list[SseEvent]) -> None:
         """Apply one non-comment line other than ``data:...``."""
         name, _, value = line.partition(":")
         if value.startswith(" "):
@@ -303,12 +302,12 @@ class SseParser:
             if value.isascii() and value.isdigit():
                 self._retry = int(value)
         elif self._keep_stray:
-            self._stray.append(line)
+            events.append(SseEvent(line, STRAY_LINE, self._id, self._retry))
 
-    def _keep_if_stray(self, line: str | None) -> None:
-        """At end of stream, keep the unterminated last line if it is a stray line."""
+    def _keep_if_stray(self, line: str | None, events: list[SseEvent]) -> None:
+        """At end of stream, return the unterminated last line if it is a stray line."""
         if line and line[0] != ":" and line.partition(":")[0] not in _FIELDS:
-            self._stray.append(line)
+            events.append(SseEvent(line, STRAY_LINE, self._id, self._retry))
 
     def _append(self, data: bytes, start: int, end: int) -> None:
         """Copy ``data[start:end]`` to the end of the line buffer, growing it if needed."""

@@ -8,11 +8,11 @@ import itertools
 
 import attrs
 import pytest
-from cuca.stages.sse import SseEvent, SseParser, sse_events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cuca.errors import SseParseError
+from cuca.stages.sse import STRAY_LINE, SseEvent, SseParser, sse_events
 from cuca.testing import chunkings
 
 BOM = b"\xef\xbb\xbf"
@@ -488,37 +488,49 @@ GEMINI_ERROR_TAIL = (
 )
 
 
-def test_sse_keep_stray_lines_collects_non_sse_lines() -> None:
+def stray(events: list[SseEvent]) -> list[str]:
+    return [e.data for e in events if e.event == STRAY_LINE]
+
+
+def real(events: list[SseEvent]) -> list[SseEvent]:
+    return [e for e in events if e.event != STRAY_LINE]
+
+
+def test_sse_keep_stray_lines_returns_non_sse_lines_in_order() -> None:
     parser = SseParser(keep_stray_lines=True)
     events = feed_all(parser, bytewise(GEMINI_ERROR_TAIL))
-    assert events == [SseEvent('{"candidates": [],"modelVersion": "gemini-2.0-flash"}')]
-    stray = parser.take_stray_lines()
-    assert "\n".join(stray) == GEMINI_ERROR_TAIL.decode().split("\r\n\r\n")[1].rstrip("\n")
+    assert real(events) == [SseEvent('{"candidates": [],"modelVersion": "gemini-2.0-flash"}')]
+    assert events[0] == real(events)[0]  # the event came first in the stream
+    expected = GEMINI_ERROR_TAIL.decode().split("\r\n\r\n")[1].rstrip("\n")
+    assert "\n".join(stray(events)) == expected
 
 
-def test_sse_take_stray_lines_clears_them() -> None:
+def test_sse_stray_lines_sit_between_the_events_around_them() -> None:
     parser = SseParser(keep_stray_lines=True)
-    parser.feed(b"{\n: comment\ndata: x\nevent: e\nid: 1\nretry: 5\nfoo\n\n")
-    assert parser.take_stray_lines() == ["{", "foo"]
-    assert parser.take_stray_lines() == []
+    events = parser.feed(b"{\n: comment\ndata: x\nevent: e\nid: 1\nretry: 5\nfoo\n\ndata: y\n\n")
+    assert [(e.event, e.data) for e in events] == [
+        (STRAY_LINE, "{"), (STRAY_LINE, "foo"), ("e", "x"), ("message", "y"),
+    ]
 
 
 def test_sse_stray_lines_are_not_kept_by_default() -> None:
     parser = SseParser()
-    assert feed_all(parser, [GEMINI_ERROR_TAIL]) == sse_events([GEMINI_ERROR_TAIL])
-    assert parser.take_stray_lines() == []
+    events = feed_all(parser, [GEMINI_ERROR_TAIL])
+    assert events == sse_events([GEMINI_ERROR_TAIL])
+    assert stray(events) == []
 
 
 def test_sse_stray_unterminated_last_line_is_kept_at_close() -> None:
     parser = SseParser(keep_stray_lines=True)
-    assert feed_all(parser, [b"data: a\n\n{\n}"]) == [SseEvent("a")]
-    assert parser.take_stray_lines() == ["{", "}"]
+    events = feed_all(parser, [b"data: a\n\n{\n}"])
+    assert real(events) == [SseEvent("a")]
+    assert stray(events) == ["{", "}"]
 
 
 def test_sse_stray_lines_do_not_change_events() -> None:
     stream = GEMINI_ERROR_TAIL + b"data: after\n\n"
     parser = SseParser(keep_stray_lines=True)
-    assert feed_all(parser, [stream]) == sse_events([stream])
+    assert real(feed_all(parser, [stream])) == sse_events([stream])
 
 
 # The two paths

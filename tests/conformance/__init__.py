@@ -1,0 +1,1 @@
+"""One conformance suite that every provider adapter is run through."""

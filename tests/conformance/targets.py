@@ -1,0 +1,297 @@
+"""The providers under conformance test: how to reach each one and what it sends.
+
+A :class:`Target` knows its endpoint, its clean transcripts (``tests/transcripts/``),
+the shape of its HTTP error bodies and how to frame a tool call whose raw arguments we
+choose. Everything else in the suite is generic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+from support.transcripts import transcript
+
+from cuca import ProviderEndpoint
+from cuca.providers.base import ClientSettings, Item, ProviderAdapter
+from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
+from cuca.providers.registry import adapter_for
+from cuca.types import ToolCall, UnifiedRequest
+
+
+@attrs.frozen
+class Target:
+    name: str
+    endpoint: ProviderEndpoint
+    transcripts: Sequence[str]
+    error_body: Callable[[int, str], bytes]
+    tool_frames: Callable[[str], bytes] | None
+    suffix: str = ""
+    api_key: str | None = "sk-conformance-secret-0123456789"
+    provider_config: Any = None
+    #: True when EOF before the provider's end marker is an error (no end marker: False)
+    strict_end: bool = True
+
+    def base_url(self, server_url: str) -> str:
+        return server_url + self.suffix
+
+    def adapter(self, server_url: str = "http://127.0.0.1:9") -> ProviderAdapter:
+        settings = ClientSettings(
+            self.endpoint, self.base_url(server_url), self.api_key, self.provider_config
+        )
+        return adapter_for(settings)
+
+    def request(self) -> UnifiedRequest:
+        return UnifiedRequest.new("conformance-model").add_user_message("hi").set_max_tokens(64)
+
+    def transcript(self, name: str) -> bytes:
+        return transcript(name)
+
+
+def openai_error(status: int, message: str) -> bytes:
+    body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
+    return json.dumps(body).encode()
+
+
+def anthropic_error(status: int, message: str) -> bytes:
+    body = {"type": "error", "error": {"type": "rate_limit_error", "message": message}}
+    return json.dumps(body).encode()
+
+
+def gemini_error(status: int, message: str) -> bytes:
+    body = {"error": {"code": status, "message": message, "status": "RESOURCE_EXHAUSTED"}}
+    return json.dumps(body, indent=2).encode()
+
+
+def openai_tool_frames(arguments: str) -> bytes:
+    first = {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": ""},
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    args = {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "function": {"arguments": arguments},
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    frames = [json.dumps(first), json.dumps(args), json.dumps(finish), "[DONE]"]
+    return b"".join(f"data: {f}\n\n".encode() for f in frames)
+
+
+def anthropic_tool_frames(arguments: str) -> bytes:
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": "m",
+                    "usage": {"input_tokens": 3, "output_tokens": 1},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": arguments},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 5},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return b"".join(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
+    )
+
+
+def gemini_tool_frames(arguments: str) -> bytes:
+    frame = (
+        '{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":'
+        + arguments
+        + '}}],"role":"model"},"finishReason":"STOP","index":0}]}'
+    )
+    return f"data: {frame}\r\n\r\n".encode()
+
+
+OPENAI_TEXT = ["openai/text", "openai/tool_call", "openai/parallel_tool_calls"]
+
+TARGETS = [
+    Target(
+        "openai",
+        ProviderEndpoint.OPENAI,
+        OPENAI_TEXT,
+        openai_error,
+        openai_tool_frames,
+        suffix="/v1",
+    ),
+    Target(
+        "vllm",
+        ProviderEndpoint.VLLM,
+        ["vllm/reasoning_both_fields", "vllm/reasoning_tool_call"],
+        openai_error,
+        openai_tool_frames,
+        suffix="/v1",
+        api_key=None,
+    ),
+    Target(
+        "lm_studio",
+        ProviderEndpoint.LM_STUDIO,
+        ["lm_studio/reasoning", "lm_studio/gpt_oss_tool_call"],
+        openai_error,
+        openai_tool_frames,
+        suffix="/v1",
+        api_key=None,
+    ),
+    Target(
+        "deepseek",
+        ProviderEndpoint.DEEPSEEK,
+        ["deepseek/reasoner", "deepseek/tool_call"],
+        openai_error,
+        openai_tool_frames,
+        suffix="/v1",
+    ),
+    Target(
+        "llama_cpp_chat",
+        ProviderEndpoint.LLAMA_CPP,
+        ["llama_cpp/chat_tool_call", "llama_cpp/chat_whole_tool_calls"],
+        openai_error,
+        openai_tool_frames,
+        api_key=None,
+    ),
+    Target(
+        "llama_cpp_completion",
+        ProviderEndpoint.LLAMA_CPP,
+        ["llama_cpp/completion"],
+        openai_error,
+        None,
+        api_key=None,
+        provider_config=LlamaCppConfig(route=LlamaRoute.COMPLETION),
+        strict_end=False,
+    ),
+    Target(
+        "anthropic",
+        ProviderEndpoint.ANTHROPIC,
+        [
+            "anthropic/text",
+            "anthropic/thinking",
+            "anthropic/redacted_thinking",
+            "anthropic/thinking_two_tools",
+            "anthropic/tool_use",
+            "anthropic/cache_usage",
+        ],
+        anthropic_error,
+        anthropic_tool_frames,
+    ),
+    Target(
+        "deepseek_bridge",
+        ProviderEndpoint.DEEPSEEK,
+        ["anthropic/deepseek_bridge"],
+        anthropic_error,
+        anthropic_tool_frames,
+        suffix="/anthropic",
+    ),
+    Target(
+        "gemini",
+        ProviderEndpoint.GOOGLE_GEMINI,
+        [
+            "gemini/text_signature",
+            "gemini/tool_call",
+            "gemini/thoughts_parallel_calls",
+            "gemini/usage_only_final",
+            "gemini/function_call_with_id",
+        ],
+        gemini_error,
+        gemini_tool_frames,
+        strict_end=False,
+    ),
+]
+
+BY_NAME = {target.name: target for target in TARGETS}
+
+
+def decode(target: Target, chunks: Sequence[bytes]) -> tuple[list[Item], Exception | None]:
+    """Run ``chunks`` through the target's framer and decoder, as the pipeline does:
+    stop at the end marker, close at end of stream; return the items and the error."""
+    adapter = target.adapter()
+    framer = adapter.new_framer()
+    decoder = adapter.new_decoder(target.request())
+    items: list[Item] = []
+    try:
+        for chunk in chunks:
+            for event in framer.feed(chunk):
+                items += decoder.feed(event)
+                if decoder.finished:
+                    break
+            if decoder.finished:
+                break
+        else:
+            for event in framer.close():
+                items += decoder.feed(event)
+                if decoder.finished:
+                    break
+        items += decoder.close()
+    except Exception as exc:
+        return normalized(items), exc
+    return normalized(items), None
+
+
+SYNTHETIC_ID = re.compile(r"call_[0-9a-f]{16}")
+
+
+def normalized(items: list[Item]) -> list[Item]:
+    """Items with made-up tool call ids (``call_`` + 16 hex, random) replaced by a fixed
+    one, so that two decodings of the same bytes compare equal."""
+    return [
+        attrs.evolve(i, id="call_<synthetic>")
+        if isinstance(i, ToolCall) and SYNTHETIC_ID.fullmatch(i.id)
+        else i
+        for i in items
+    ]

@@ -1,0 +1,377 @@
+"""The conformance suite: every HTTP provider adapter, the same faults.
+
+Like ``trio.testing.check_one_way_stream``, each check is generic; ``conformance.targets``
+says how to reach each provider. What the user sees in each case is stated in the test.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import tracemalloc
+from typing import Any
+
+import pytest
+import trio
+from conformance.targets import TARGETS, Target, decode, normalized
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cuca import (
+    CucaClient,
+    CucaError,
+    HttpStatusError,
+    RetryPolicy,
+    Timeouts,
+    ToolCall,
+    TransportError,
+    merge_blocks,
+)
+from cuca.testing import Reply, chunk_sizes, open_replay_server
+
+ids = [t.name for t in TARGETS]
+targets = pytest.mark.parametrize("target", TARGETS, ids=ids)
+cases = [(t, name) for t in TARGETS for name in t.transcripts]
+transcripts = pytest.mark.parametrize("target,name", cases, ids=[f"{t.name}:{n}" for t, n in cases])
+
+
+def frame_ends(data: bytes) -> list[int]:
+    ends, start = [], 0
+    for sep in (b"\r\n\r\n", b"\n\n"):
+        start = 0
+        while (found := data.find(sep, start)) != -1:
+            ends.append(found + len(sep))
+            start = found + 1
+    return sorted(set(ends))
+
+
+def is_prefix(short: list[Any], full: list[Any]) -> bool:
+    return full[: len(short)] == short
+
+
+# -- 1. truncation ---------------------------------------------------------------------
+
+
+@transcripts
+def test_conformance_transcript_decodes_cleanly(target: Target, name: str) -> None:
+    items, error = decode(target, [target.transcript(name)])
+    assert error is None, f"{name}: {error!r}"
+    assert items, "a clean transcript yields something"
+
+
+@transcripts
+def test_conformance_truncation_at_every_offset(target: Target, name: str) -> None:
+    """Cut anywhere: a clean end or a typed CucaError, and the items before the cut are
+    a prefix of the whole turn's items (nothing duplicated or reordered)."""
+    data = target.transcript(name)
+    full, _ = decode(target, [data])
+    step = max(1, len(data) // 400)
+    offsets = sorted({*range(0, len(data), step), *frame_ends(data), len(data) - 1})
+    for cut in offsets:
+        items, error = decode(target, [data[:cut]])
+        assert error is None or isinstance(error, CucaError), (cut, repr(error))
+        blocks = [i for i in items if not isinstance(i, CucaError)]
+        full_blocks = [i for i in full if not isinstance(i, CucaError)]
+        assert is_prefix(blocks, full_blocks) or is_prefix(
+            list(merge_blocks(blocks)), list(merge_blocks(full_blocks))
+        ), (cut, blocks)
+        if error is None and target.strict_end:
+            # a clean end means nothing was lost: every block of the turn arrived
+            assert merge_blocks(blocks) == merge_blocks(full_blocks), (cut, "silently lost")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+@targets
+async def test_conformance_truncation_over_http(target: Target, data: st.DataObject) -> None:
+    """A connection cut mid-stream over real HTTP: the user gets every block decoded
+    before the cut, then a TransportError (or a clean end when the cut came after the
+    provider's last frame)."""
+    name = data.draw(st.sampled_from(list(target.transcripts)))
+    body = target.transcript(name)
+    cut = data.draw(st.integers(0, len(body) - 1))
+    full, _ = decode(target, [body])
+    async with open_replay_server(Reply(body, cut_after=cut)) as server:
+        async with CucaClient(
+            target.endpoint,
+            base_url=target.base_url(server.url),
+            api_key=target.api_key,
+            provider_config=target.provider_config,
+            retry=RetryPolicy.never(),
+        ) as client:
+            items: list[Any] = []
+            with trio.fail_after(10):
+                try:
+                    async with client.generate_stream(target.request()) as stream:
+                        async for item in stream:
+                            items.append(item)
+                except CucaError:
+                    pass
+    blocks = [i for i in normalized(items) if not isinstance(i, CucaError)]
+    full_blocks = [i for i in full if not isinstance(i, CucaError)]
+    assert is_prefix(blocks, full_blocks)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+@transcripts
+async def test_conformance_any_chunking_over_http_gives_the_same_items(
+    target: Target, name: str, data: st.DataObject
+) -> None:
+    body = target.transcript(name)
+    expected, _ = decode(target, [body])
+    sizes = data.draw(chunk_sizes(len(body), max_chunks=40))
+    async with open_replay_server(Reply(body, chunks=sizes)) as server:
+        async with CucaClient(
+            target.endpoint,
+            base_url=target.base_url(server.url),
+            api_key=target.api_key,
+            provider_config=target.provider_config,
+        ) as client:
+            async with client.generate_stream(target.request()) as stream:
+                items = [item async for item in stream]
+    assert normalized(items) == expected
+    assert stream.response is not None
+
+
+# -- 2. stalls -------------------------------------------------------------------------
+
+
+@targets
+async def test_conformance_stall_with_read_timeout_fails_in_time(
+    target: Target, autojump_clock: Any
+) -> None:
+    """The server stops sending mid-stream: with a read timeout of 5 s the user gets a
+    TransportError saying it timed out, 5 s (mock clock) after the last byte."""
+    body = target.transcript(target.transcripts[0])
+    async with open_replay_server(Reply(body, stall_after=len(body) // 2)) as server:
+        async with CucaClient(
+            target.endpoint,
+            base_url=target.base_url(server.url),
+            api_key=target.api_key,
+            provider_config=target.provider_config,
+            timeout=Timeouts(read=5),
+        ) as client:
+            start = trio.current_time()
+            with pytest.raises(TransportError, match="timed out"):
+                async with client.generate_stream(target.request()) as stream:
+                    async for _ in stream:
+                        pass
+            assert 5 <= trio.current_time() - start <= 5.5
+
+
+@targets
+async def test_conformance_stall_without_timeout_is_ended_by_dropping(target: Target) -> None:
+    """No timeout configured (the default): the turn waits, and dropping it ends
+    everything at once, connection included."""
+    body = target.transcript(target.transcripts[0])
+    async with open_replay_server(Reply(body, stall_after=len(body) // 2)) as server:
+        async with CucaClient(
+            target.endpoint,
+            base_url=target.base_url(server.url),
+            api_key=target.api_key,
+            provider_config=target.provider_config,
+        ) as client:
+            with trio.move_on_after(0.3) as scope:
+                async with client.generate_stream(target.request()) as stream:
+                    async for _ in stream:
+                        pass
+            assert scope.cancelled_caught
+            with trio.fail_after(5):
+                await server.wait_connections_closed()
+
+
+# -- 3. HTTP errors --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 413, 429, 500, 503])
+@pytest.mark.parametrize("json_body", [True, False], ids=["json", "text"])
+@targets
+async def test_conformance_http_error_shows_the_vendor_message(
+    target: Target, status: int, json_body: bool
+) -> None:
+    message = f"vendor says no ({status})"
+    body = target.error_body(status, message) if json_body else f"<html>{message}</html>".encode()
+    ctype = "application/json" if json_body else "text/html"
+    reply = Reply(body, status=status, headers=[("content-type", ctype)])
+    async with open_replay_server(reply) as server:
+        async with CucaClient(
+            target.endpoint,
+            base_url=target.base_url(server.url),
+            api_key=target.api_key,
+            provider_config=target.provider_config,
+            retry=RetryPolicy.never(),
+        ) as client:
+            with pytest.raises(HttpStatusError) as info:
+                await client.generate(target.request())
+    error = info.value
+    assert error.status == status
+    assert error.body == body.decode()
+    assert message in str(error)
+    if target.api_key:
+        assert target.api_key not in repr(error) + str(error) + error.body
+
+
+# -- 4. garbage ------------------------------------------------------------------------
+
+
+GARBAGE = {
+    "invalid_utf8": b"data: \xff\xfe\xfd\n\n",
+    "not_json": b"data: {this is not json\n\n",
+    "wrong_shape": b'data: [1, 2, 3]\n\ndata: {"choices": "nope", "type": 7}\n\n',
+    "unknown_event": b'event: mystery\ndata: {"type": "mystery"}\n\n',
+    "nul_and_controls": b'data: {"\x00": "\x01"}\n\n',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(GARBAGE))
+@targets
+def test_conformance_garbage_gives_typed_errors_or_documented_skips(
+    target: Target, kind: str
+) -> None:
+    _, error = decode(target, [GARBAGE[kind]])
+    assert error is None or isinstance(error, CucaError), repr(error)
+
+
+@targets
+def test_conformance_ten_megabyte_frame_keeps_memory_bounded(target: Target) -> None:
+    big = b'data: {"x": "' + b"a" * (10 * 1024 * 1024) + b'"}\n\n'
+    chunks = [big[i : i + 65536] for i in range(0, len(big), 65536)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _, error = decode(target, chunks)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error is None or isinstance(error, CucaError)
+    assert peak < 8 * len(big), f"peak {peak / 2**20:.0f} MiB for a 10 MiB frame"
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(max_size=300), cut=st.integers(0, 300))
+@targets
+def test_conformance_arbitrary_bytes_raise_only_cuca_errors(
+    target: Target, data: bytes, cut: int
+) -> None:
+    items, error = decode(target, [data[:cut], data[cut:]])
+    assert error is None or isinstance(error, CucaError), repr(error)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+@transcripts
+def test_conformance_arbitrary_chunking_never_changes_output(
+    target: Target, name: str, data: st.DataObject
+) -> None:
+    body = target.transcript(name)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=12)))
+    chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    assert decode(target, chunks) == decode(target, [body])
+
+
+# -- 12. hostile tool-call arguments -----------------------------------------------------
+
+
+HOSTILE_ARGS = {
+    "deep_nesting": '{"a": ' + "[" * 10000 + "]" * 10000 + "}",
+    "deep_object": '{"a": ' * 10000 + "1" + "}" * 10000,
+    "huge_number": '{"n": 1' + "0" * 5000 + "}",
+    "huge_float": '{"n": 1e999999}',
+    "duplicate_keys": '{"a": 1, "a": 2}',
+    "lone_surrogate": '{"s": "\\ud800"}',
+    "not_an_object": "[1, 2, 3]",
+    "truncated": '{"city": "Par',
+}
+
+
+TOOL_TARGETS = [t for t in TARGETS if t.tool_frames is not None]  # not llama.cpp /completion
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_ARGS))
+@pytest.mark.parametrize("target", TOOL_TARGETS, ids=[t.name for t in TOOL_TARGETS])
+def test_conformance_hostile_tool_arguments(target: Target, kind: str) -> None:
+    """A typed error or a defined value, never a crash of another kind."""
+    assert target.tool_frames is not None
+    items, error = decode(target, [target.tool_frames(HOSTILE_ARGS[kind])])
+    assert error is None or isinstance(error, CucaError), repr(error)
+    calls = [i for i in items if isinstance(i, ToolCall)]
+    if kind == "duplicate_keys" and calls:
+        assert calls[0].arguments == {"a": 2}  # defined: the last one wins, as in json
+    if kind in ("not_an_object", "truncated"):
+        assert not calls
+        assert any("malformed tool call" in str(i) for i in items) or error is not None
+
+
+# -- 5. cancellation, file descriptors -------------------------------------------------
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@targets
+async def test_conformance_repeated_random_drops_leave_no_socket(target: Target) -> None:
+    body = target.transcript(target.transcripts[0])
+    frame = body[: frame_ends(body)[0]]
+    async with open_replay_server(Reply.endless(frame, delay=0.0005)) as server:
+        async with CucaClient(
+            target.endpoint,
+            base_url=target.base_url(server.url),
+            api_key=target.api_key,
+            provider_config=target.provider_config,
+        ) as client:
+            gc.collect()
+            before = open_fds()
+            for i in range(30):
+                with trio.move_on_after(0.001 * (i % 7)):
+                    async with client.generate_stream(target.request()) as stream:
+                        async for _ in stream:
+                            if i % 3 == 0:
+                                break
+            with trio.fail_after(5):
+                await server.wait_connections_closed()
+            gc.collect()
+            # the server's sockets are closed too; allow the pool's one idle connection
+            assert open_fds() <= before + 1
+
+
+# -- 10. secrets -----------------------------------------------------------------------
+
+
+@targets
+async def test_conformance_secrets_never_reach_repr_str_or_logs(
+    target: Target, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "sk-leak-canary-9f8e7d6c5b4a"  # every provider sends a key when one is set
+    caplog.set_level(logging.DEBUG)
+    reply = Reply(
+        target.error_body(401, "bad key"),
+        status=401,
+        headers=[("content-type", "application/json")],
+    )
+    async with open_replay_server(reply) as server:
+        async with CucaClient(
+            target.endpoint,
+            base_url=target.base_url(server.url),
+            api_key=secret,
+            provider_config=target.provider_config,
+        ) as client:
+            adapter = client.adapter()
+            wire = adapter.encode(target.request())
+            with pytest.raises(HttpStatusError) as info:
+                await client.generate(target.request())
+        assert server.requests, "the key was really sent"
+    shown = [
+        repr(client),
+        str(client),
+        repr(adapter),
+        repr(wire),
+        str(wire),
+        repr(info.value),
+        str(info.value),
+        caplog.text,
+    ]
+    for text in shown:
+        assert secret not in text
