@@ -7,10 +7,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
-from cuca.providers.base import Item, StreamDecoder
-from cuca.stages.sse import SseParser
 
 from cuca.errors import CucaError
+from cuca.providers.base import Item, StreamDecoder
+from cuca.stages.sse import SseParser
 from cuca.types import TurnSummary
 
 TRANSCRIPTS = Path(__file__).resolve().parent.parent / "transcripts"

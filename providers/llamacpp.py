@@ -1,0 +1,194 @@
+"""llama.cpp's ``llama-server``: the OpenAI-compatible chat route or the native
+``/completion`` route.
+
+The chat route is the ``/chat/completions`` adapter of :mod:`.openai_compat`, pointed at
+``{base}/v1``. The completion route is its own small protocol: one prompt string built
+with ``### User:`` / ``### Assistant:`` markers, and frames ``{"content": ..., "stop": ...}``
+(``reference/wire.md`` section 7).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from cuca.errors import ConfigurationError, ProviderError
+from cuca.stages.sse import SseEvent
+from cuca.types import MessageRole, ProviderEndpoint, Text, TurnSummary, UnifiedRequest
+
+from .base import ClientSettings, HttpRequest, Item, ProviderAdapter, StreamDecoder, loads_json
+from .openai_compat import DEFAULT_BASE_URLS, Dialect, OpenAiCompatAdapter, bearer_headers
+from .openai_decode import chat_error_message, error_text
+
+__all__ = [
+    "CompletionDecoder",
+    "LlamaCompletionAdapter",
+    "LlamaCppConfig",
+    "LlamaRoute",
+    "completion_prompt",
+    "make_llama_cpp",
+]
+
+LLAMA_CPP = Dialect(ProviderEndpoint.LLAMA_CPP)
+DEFAULT_N_PREDICT = 128
+_PROVIDER = "llama_cpp"
+
+
+class LlamaRoute(enum.Enum):
+    """Which llama-server route a client posts to."""
+
+    CHAT = "chat"
+    """``/v1/chat/completions``: messages, tools, reasoning and usage (the default)."""
+    COMPLETION = "completion"
+    """``/completion``: one prompt string in, raw text out; no tools, no reasoning."""
+
+
+@attrs.frozen
+class LlamaCppConfig:
+    """How to reach a llama-server and which route to use.
+
+    ``base_url`` and ``api_key`` win over the client's own. ``model`` replaces the
+    request's model when non-empty. ``n_threads``, ``n_gpu_layers`` and ``flash_attn``
+    are sent on the completion route only (when set, and when true for ``flash_attn``).
+    """
+
+    base_url: str | None = None
+    api_key: str | None = attrs.field(default=None, repr=False)
+    model: str = ""
+    n_threads: int | None = None
+    n_gpu_layers: int | None = None
+    flash_attn: bool = False
+    route: LlamaRoute = LlamaRoute.CHAT
+
+
+def _base_url(config: LlamaCppConfig, client_base_url: str | None) -> str:
+    for candidate in (config.base_url, client_base_url):
+        if candidate:
+            return candidate.rstrip("/")
+    return DEFAULT_BASE_URLS["llama_cpp"]
+
+
+def make_llama_cpp(settings: ClientSettings) -> ProviderAdapter:
+    """The adapter for the route ``settings.provider_config`` selects (chat by default)."""
+    config = settings.provider_config
+    if config is None:
+        config = LlamaCppConfig()
+    elif not isinstance(config, LlamaCppConfig):
+        raise ConfigurationError(f"llama_cpp takes a LlamaCppConfig, not {type(config).__name__}")
+    base = _base_url(config, settings.base_url)
+    api_key = config.api_key or settings.api_key
+    if config.route is LlamaRoute.COMPLETION:
+        return LlamaCompletionAdapter(f"{base}/completion", api_key, config)
+    chat_base = base if base.endswith("/v1") else f"{base}/v1"
+    return OpenAiCompatAdapter(LLAMA_CPP, chat_base, api_key, model=config.model)
+
+
+# -- the /completion route -----------------------------------------------------------
+
+
+def completion_prompt(request: UnifiedRequest) -> str:
+    """The conversation as one prompt string.
+
+    System text comes first as bare context; user and assistant turns follow, each on
+    its own line after a ``### User:`` or ``### Assistant:`` marker. Only Text blocks
+    count, and Tool messages are skipped. The prompt ends with an open ``### Assistant:``
+    marker, or continues the last assistant turn when the conversation ends with one.
+    """
+    lines: list[str] = []
+    for message in request.messages:
+        if message.role is MessageRole.SYSTEM:
+            lines.append(message.text())
+        elif message.role is MessageRole.USER:
+            lines.append(f"### User: {message.text()}")
+        elif message.role is MessageRole.ASSISTANT:
+            text = "".join(b.text for b in message.content if isinstance(b, Text))
+            lines.append(f"### Assistant: {text}")
+    last = request.messages[-1].role if request.messages else None
+    if last is not MessageRole.ASSISTANT:
+        lines.append("### Assistant:")
+    return "\n".join(lines)
+
+
+class LlamaCompletionAdapter(ProviderAdapter):
+    """Speaks llama-server's native ``POST /completion`` with ``stream: true``."""
+
+    endpoint = ProviderEndpoint.LLAMA_CPP
+
+    def __init__(self, url: str, api_key: str | None, config: LlamaCppConfig) -> None:
+        self.url = url
+        self._api_key = api_key or None
+        self.config = config
+
+    def __repr__(self) -> str:
+        return f"LlamaCompletionAdapter(url={self.url!r})"
+
+    def encode(self, request: UnifiedRequest) -> HttpRequest:
+        config = self.config
+        body: dict[str, Any] = {
+            "prompt": completion_prompt(request),
+            "stream": True,
+            "n_predict": request.max_tokens
+            if request.max_tokens is not None
+            else DEFAULT_N_PREDICT,
+        }
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if config.n_threads is not None:
+            body["n_threads"] = config.n_threads
+        if config.n_gpu_layers is not None:
+            body["n_gpu_layers"] = config.n_gpu_layers
+        if config.flash_attn:
+            body["flash_attn"] = True
+        body["model"] = config.model or request.model
+        return HttpRequest(self.url, bearer_headers(self._api_key), body)
+
+    def new_decoder(self, request: UnifiedRequest) -> CompletionDecoder:
+        return CompletionDecoder()
+
+    def error_message(self, status: int, body: str) -> str | None:
+        return chat_error_message(body)
+
+
+_STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
+
+
+class CompletionDecoder(StreamDecoder):
+    """Turns ``/completion`` frames into Text blocks.
+
+    Only ``stop: false`` frames carry new text: the final ``stop: true`` frame is empty in
+    current builds and repeated the whole answer in old ones, so its content is never
+    used. No token counts are read: the summary's usage is ``None``, and
+    ``text_blocks`` counts the Text blocks produced. The stream ends with the byte stream.
+    """
+
+    def __init__(self) -> None:
+        self.finished = False
+        self.text_blocks = 0
+        self._finish_reason: str | None = None
+
+    def feed(self, event: SseEvent) -> list[Item]:
+        data = event.data
+        if not data:
+            return []
+        frame = loads_json(data, _PROVIDER)
+        if not isinstance(frame, dict):
+            raise ProviderError(_PROVIDER, f"malformed frame: {data[:200]}")
+        if frame.get("error"):
+            raise ProviderError(_PROVIDER, error_text(frame["error"]))
+        if frame.get("stop"):
+            self.finished = True
+            self._finish_reason = _STOP_TYPES.get(str(frame.get("stop_type")), "stop")
+            return []
+        content = frame.get("content")
+        if not content or not isinstance(content, str):
+            return []
+        self.text_blocks += 1
+        return [Text(content)]
+
+    def close(self) -> list[Item]:
+        return []
+
+    def summary(self) -> TurnSummary:
+        return TurnSummary(usage=None, finish_reason=self._finish_reason)

@@ -1,0 +1,291 @@
+"""The ``/chat/completions`` wire shape: OpenAI, vLLM, LM Studio, and the servers that
+copy it (DeepSeek's native route and llama.cpp's chat route build on this module).
+
+One adapter serves them all; what differs between servers is a :class:`Dialect`, a small
+frozen record of facts (default URL, how thinking is requested, which token-limit key the
+server reads). The stream decoder lives in :mod:`.openai_decode`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import attrs
+
+from cuca.errors import ConfigurationError
+from cuca.types import (
+    ImageBase64,
+    MessageRole,
+    OpenAiThinkingParams,
+    ProviderEndpoint,
+    Text,
+    Thinking,
+    ThinkingConfig,
+    ThinkingEffort,
+    ToolCall,
+    ToolResult,
+    UnifiedMessage,
+    UnifiedRequest,
+)
+
+from .base import ClientSettings, HttpRequest, ProviderAdapter
+from .openai_decode import ChatCompletionsDecoder, chat_error_message, error_text
+
+__all__ = [
+    "DEFAULT_BASE_URLS",
+    "ChatCompletionsDecoder",
+    "Dialect",
+    "OpenAiCompatAdapter",
+    "bearer_headers",
+    "chat_error_message",
+    "encode_body",
+    "encode_messages",
+    "error_text",
+    "make_lm_studio",
+    "make_openai",
+    "make_vllm",
+    "reasoning_effort",
+]
+
+REASONING_EFFORT: Mapping[ThinkingEffort, str] = {
+    ThinkingEffort.MINIMAL: "minimal",
+    ThinkingEffort.LOW: "low",
+    ThinkingEffort.MEDIUM: "medium",
+    ThinkingEffort.HIGH: "high",
+    ThinkingEffort.XHIGH: "high",
+}
+
+DEFAULT_BASE_URLS: Mapping[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "vllm": "http://127.0.0.1:8000/v1",
+    "lm_studio": "http://127.0.0.1:1234/v1",
+    "deepseek": "https://api.deepseek.com/v1",
+    "llama_cpp": "http://127.0.0.1:8080",
+}
+
+
+@attrs.frozen
+class Dialect:
+    """What one ``/chat/completions`` server does differently.
+
+    ``thinking`` is ``"effort"`` (send ``reasoning_effort``) or ``"mode"`` (DeepSeek's
+    ``{"thinking": {"type": ...}}``). ``echo_reasoning`` says which assistant turns carry
+    their Thinking back as ``reasoning_content``: ``"always"``, or ``"tool_turns"`` only.
+    ``key_host`` is the vendor host that refuses anonymous calls: with no key, a request
+    to it fails before any I/O; any other host (a proxy, a local server) is sent no
+    auth header.
+    """
+
+    endpoint: ProviderEndpoint
+    thinking: Literal["effort", "mode"] = "effort"
+    max_tokens_field: str = "max_tokens"
+    echo_reasoning: Literal["always", "tool_turns"] = "always"
+    key_host: str | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.endpoint)
+
+
+OPENAI = Dialect(
+    ProviderEndpoint.OPENAI, max_tokens_field="max_completion_tokens", key_host="api.openai.com"
+)
+VLLM = Dialect(ProviderEndpoint.VLLM)
+LM_STUDIO = Dialect(ProviderEndpoint.LM_STUDIO)
+
+
+# -- request -------------------------------------------------------------------------
+
+
+def reasoning_effort(thinking: ThinkingConfig | None) -> str | None:
+    """The ``reasoning_effort`` for ``thinking``: a native override wins, an unset or
+    disabled config sends none."""
+    if thinking is None or not thinking.enabled:
+        return None
+    if isinstance(thinking.params, OpenAiThinkingParams):
+        return thinking.params.reasoning_effort
+    if thinking.effort is None:
+        return None
+    return REASONING_EFFORT[thinking.effort]
+
+
+def _user_content(message: UnifiedMessage) -> str | list[dict[str, Any]]:
+    if not any(isinstance(b, ImageBase64) for b in message.content):
+        return message.text()
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ImageBase64):
+            url = f"data:{block.media_type};base64,{block.data}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif isinstance(block, Text):
+            parts.append({"type": "text", "text": block.text})
+    return parts
+
+
+def _tool_messages(message: UnifiedMessage) -> list[dict[str, Any]]:
+    results = [b for b in message.content if isinstance(b, ToolResult)]
+    if not results and message.role is MessageRole.TOOL:
+        return [{"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text()}]
+    return [
+        {
+            "role": "tool",
+            "tool_call_id": r.tool_call_id or message.tool_call_id,
+            "content": r.output,
+        }
+        for r in results
+    ]
+
+
+def _assistant(message: UnifiedMessage, echo: str) -> dict[str, Any]:
+    calls = [b for b in message.content if isinstance(b, ToolCall)]
+    text = "".join(b.text for b in message.content if isinstance(b, Text))
+    out: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    reasoning = "".join(
+        b.text for b in message.content if isinstance(b, Thinking) and not b.redacted
+    )
+    if reasoning and (echo == "always" or calls):
+        out["reasoning_content"] = reasoning
+    if calls:
+        out["tool_calls"] = [_encode_call(c) for c in calls]
+    return out
+
+
+def _encode_call(call: ToolCall) -> dict[str, Any]:
+    arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def encode_messages(
+    messages: tuple[UnifiedMessage, ...], echo_reasoning: str = "always"
+) -> list[dict[str, Any]]:
+    """The ``messages`` array for a conversation.
+
+    Text blocks of system and user messages are joined with newlines; an assistant's
+    blocks are stream deltas and are joined as they are. Each ToolResult becomes its
+    own ``role: "tool"`` message, as the wire has one per call id.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role is MessageRole.SYSTEM:
+            out.append({"role": "system", "content": message.text()})
+        elif message.role is MessageRole.ASSISTANT:
+            out.append(_assistant(message, echo_reasoning))
+        else:
+            out.extend(_tool_messages(message))
+            if message.role is MessageRole.USER and _has_user_content(message):
+                out.append({"role": "user", "content": _user_content(message)})
+    return out
+
+
+def _has_user_content(message: UnifiedMessage) -> bool:
+    return any(isinstance(b, (Text, ImageBase64)) for b in message.content) or not message.content
+
+
+def _encode_tools(request: UnifiedRequest) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": dict(tool.input_schema),
+            },
+        }
+        for tool in request.tools
+    ]
+
+
+def _thinking_fields(dialect: Dialect, thinking: ThinkingConfig | None) -> dict[str, Any]:
+    if dialect.thinking == "mode":
+        if thinking is None:
+            return {}
+        return {"thinking": {"type": "enabled" if thinking.enabled else "disabled"}}
+    effort = reasoning_effort(thinking)
+    return {} if effort is None else {"reasoning_effort": effort}
+
+
+def encode_body(dialect: Dialect, request: UnifiedRequest, model: str) -> dict[str, Any]:
+    """The JSON body of one streamed ``/chat/completions`` request."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": encode_messages(request.messages, dialect.echo_reasoning),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        body[dialect.max_tokens_field] = request.max_tokens
+    body.update(_thinking_fields(dialect, request.thinking))
+    if request.tools:
+        body["tools"] = _encode_tools(request)
+    return body
+
+
+def bearer_headers(api_key: str | None) -> dict[str, str]:
+    """JSON-in, event-stream-out headers, with a bearer token only when a key is set."""
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+class OpenAiCompatAdapter(ProviderAdapter):
+    """Speaks ``POST {base_url}/chat/completions`` in one server's :class:`Dialect`.
+
+    ``model`` overrides the request's model when non-empty (llama.cpp's config does).
+    """
+
+    def __init__(
+        self, dialect: Dialect, base_url: str, api_key: str | None = None, model: str = ""
+    ) -> None:
+        self.endpoint = dialect.endpoint
+        self.dialect = dialect
+        self.url = f"{base_url.rstrip('/')}/chat/completions"
+        self._api_key = api_key or None
+        self._model = model
+
+    def __repr__(self) -> str:
+        return f"OpenAiCompatAdapter({self.dialect.name}, url={self.url!r})"
+
+    def encode(self, request: UnifiedRequest) -> HttpRequest:
+        key_host = self.dialect.key_host
+        if self._api_key is None and key_host and urlsplit(self.url).hostname == key_host:
+            raise ConfigurationError(f"{self.dialect.name} requires an API key at {key_host}")
+        body = encode_body(self.dialect, request, self._model or request.model)
+        return HttpRequest(self.url, bearer_headers(self._api_key), body)
+
+    def new_decoder(self, request: UnifiedRequest) -> ChatCompletionsDecoder:
+        return ChatCompletionsDecoder(self.dialect.name)
+
+    def error_message(self, status: int, body: str) -> str | None:
+        return chat_error_message(body)
+
+
+def _settings_base(settings: ClientSettings, default: str) -> str:
+    return (settings.base_url or default).rstrip("/")
+
+
+def make_openai(settings: ClientSettings) -> OpenAiCompatAdapter:
+    """OpenAI at ``https://api.openai.com/v1`` (or any base URL that speaks its API)."""
+    base = _settings_base(settings, DEFAULT_BASE_URLS["openai"])
+    return OpenAiCompatAdapter(OPENAI, base, settings.api_key)
+
+
+def make_vllm(settings: ClientSettings) -> OpenAiCompatAdapter:
+    """A vLLM server, by default at ``http://127.0.0.1:8000/v1``."""
+    base = _settings_base(settings, DEFAULT_BASE_URLS["vllm"])
+    return OpenAiCompatAdapter(VLLM, base, settings.api_key)
+
+
+def make_lm_studio(settings: ClientSettings) -> OpenAiCompatAdapter:
+    """LM Studio's server, by default at ``http://127.0.0.1:1234/v1``."""
+    base = _settings_base(settings, DEFAULT_BASE_URLS["lm_studio"])
+    return OpenAiCompatAdapter(LM_STUDIO, base, settings.api_key)

@@ -1,0 +1,213 @@
+"""The ``/chat/completions`` stream decoder and error texts, shared by every server
+that speaks the route (see :mod:`.openai_compat` for the request side).
+
+Stream rules, from ``reference/wire.md`` sections 1 to 4, 6 and 11:
+
+- ``delta.content`` is answer text; ``delta.reasoning_content`` and ``delta.reasoning`` are
+  both reasoning (servers disagree on the name, vLLM may send both with the same text).
+- Tool calls arrive as fragments keyed by ``index``. The id and name may come only with
+  the first fragment, or again on every one; arguments may be split anywhere or sent whole
+  at the end. Calls are merged by index, never by id, and emitted when the choice finishes.
+- Usage arrives on a ``choices: []`` chunk (OpenAI, vLLM, llama.cpp) or on the finish chunk
+  (DeepSeek); it is read wherever it appears.
+- ``data: {"error": ...}`` is a provider error inside a 200 stream; ``data: [DONE]`` ends it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from cuca.errors import ProviderError, TransportError
+from cuca.stages.sse import SseEvent
+from cuca.types import PromptCacheUsage, Text, Thinking, TokenUsage, ToolCall, TurnSummary
+
+from .base import Item, StreamDecoder, loads_json
+
+__all__ = ["ChatCompletionsDecoder", "chat_error_message", "error_text"]
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+def error_text(error: Any) -> str:
+    """The human part of a vendor error value (``{"message": ...}`` or a bare string)."""
+    if isinstance(error, str):
+        return error
+    if isinstance(error, Mapping):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message
+    return json.dumps(error, ensure_ascii=False)
+
+
+def chat_error_message(body: str) -> str | None:
+    """The vendor's message in an error body: ``{"error": {"message": ...}}`` (OpenAI,
+    vLLM, DeepSeek, llama.cpp), ``{"error": "..."}`` (LM Studio, old llama.cpp), or a
+    top-level ``message`` / ``detail`` (older vLLM, FastAPI validation)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if data.get("error"):
+        return error_text(data["error"])
+    for key in ("message", "detail"):
+        if isinstance(data.get(key), str):
+            return str(data[key])
+    return None
+
+
+# -- response ------------------------------------------------------------------------
+
+
+class _PendingCall:
+    __slots__ = ("args", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.args: list[str] = []
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+class ChatCompletionsDecoder(StreamDecoder):
+    """Turns ``chat.completion.chunk`` events into blocks (one instance per turn).
+
+    Tool calls are held until their choice reports a ``finish_reason`` (or ``[DONE]``
+    arrives) and then emitted in index order. A call whose arguments are not a JSON
+    object is yielded as a :class:`~cuca.errors.ProviderError` and the stream goes on.
+    """
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+        self.finished = False
+        self._calls: dict[int, _PendingCall] = {}
+        self._usage: TokenUsage | None = None
+        self._cache: PromptCacheUsage | None = None
+        self._finish_reason: str | None = None
+
+    def feed(self, event: SseEvent) -> list[Item]:
+        data = event.data
+        if not data:
+            return []
+        if data.startswith("[DONE]"):
+            self.finished = True
+            return self._flush_calls()
+        frame = loads_json(data, self.provider)
+        if not isinstance(frame, dict):
+            raise ProviderError(self.provider, f"unexpected frame: {data[:200]}")
+        if frame.get("error"):
+            raise ProviderError(self.provider, error_text(frame["error"]))
+        items: list[Item] = []
+        choices = frame.get("choices")
+        if choices:
+            for choice in choices:
+                self._choice(choice, items)
+        usage = frame.get("usage")
+        if usage:
+            self._read_usage(usage)
+        return items
+
+    def _choice(self, choice: Any, items: list[Item]) -> None:
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            return
+        delta = choice.get("delta")
+        if delta:
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and isinstance(reasoning, str):
+                items.append(Thinking(reasoning))
+            content = delta.get("content")
+            if content and isinstance(content, str):
+                items.append(Text(content))
+            calls = delta.get("tool_calls")
+            if calls:
+                for call in calls:
+                    self._merge(call)
+        reason = choice.get("finish_reason")
+        if reason:
+            self._finish_reason = str(reason)
+            items.extend(self._flush_calls())
+
+    def _merge(self, fragment: Any) -> None:
+        if not isinstance(fragment, dict):
+            return
+        index = _int(fragment.get("index"))
+        if index is None:  # a server that omits the index (old Ollama): one call at a time
+            index = self._implicit_index(fragment)
+        pending = self._calls.get(index)
+        if pending is None:
+            pending = self._calls[index] = _PendingCall()
+        if fragment.get("id") and not pending.id:
+            pending.id = str(fragment["id"])
+        function = _dict(fragment.get("function"))
+        if function.get("name") and not pending.name:
+            pending.name = str(function["name"])
+        args = function.get("arguments")
+        if isinstance(args, str):
+            if args:
+                pending.args.append(args)
+        elif isinstance(args, dict):
+            pending.args = [json.dumps(args)]
+
+    def _implicit_index(self, fragment: Mapping[str, Any]) -> int:
+        if not self._calls:
+            return 0
+        last = max(self._calls)
+        new_id = fragment.get("id")
+        return last + 1 if new_id and new_id != self._calls[last].id else last
+
+    def _flush_calls(self) -> list[Item]:
+        if not self._calls:
+            return []
+        items = [self._complete(i, self._calls[i]) for i in sorted(self._calls)]
+        self._calls.clear()
+        return items
+
+    def _complete(self, index: int, pending: _PendingCall) -> Item:
+        raw = "".join(pending.args).strip()
+        if not pending.name:
+            return ProviderError(self.provider, f"malformed tool call: no function name: {raw}")
+        arguments: Any = {}
+        if raw not in ("", "{}"):
+            try:
+                arguments = json.loads(raw)
+            except (ValueError, RecursionError):  # RecursionError: hostile nesting depth
+                arguments = None
+        if not isinstance(arguments, dict):
+            return ProviderError(self.provider, f"malformed tool call: {raw}")
+        return ToolCall(pending.id or f"call_{index}", pending.name, arguments)
+
+    def _read_usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        reasoning = _int(_dict(usage.get("completion_tokens_details")).get("reasoning_tokens"))
+        self._usage = TokenUsage(
+            _int(usage.get("prompt_tokens")) or 0,
+            _int(usage.get("completion_tokens")) or 0,
+            reasoning,
+        )
+        details = _dict(usage.get("prompt_tokens_details"))
+        read = _int(usage.get("prompt_cache_hit_tokens"))
+        if read is None:
+            read = _int(details.get("cached_tokens"))
+        write = _int(details.get("cache_write_tokens"))
+        if read is not None or write is not None:
+            self._cache = PromptCacheUsage(read or 0, write or 0)
+
+    def close(self) -> list[Item]:
+        if self.finished or self._finish_reason is not None:
+            return self._flush_calls()
+        raise TransportError("stream ended before the turn was complete")
+
+    def summary(self) -> TurnSummary:
+        return TurnSummary(self._usage, self._cache, self._finish_reason)

@@ -1,0 +1,229 @@
+"""Benchmark streaming one 10,000-chunk chat completion over loopback.
+
+Run ``python tests/benchmarks/bench_openai_stream.py``: one command, one run. A replay
+server in a child process serves the same OpenAI transcript to four clients in turn:
+
+- cuca (``CucaClient`` under trio),
+- the official openai SDK (``AsyncOpenAI`` under asyncio, its native loop),
+- LiteLLM (``litellm.acompletion(stream=True)`` under asyncio),
+- the floor: httpx streaming + httpx-sse + ``json.loads`` in a plain loop (under trio).
+
+Each client streams the transcript ``REPEATS`` times after a warm-up; the best run is
+kept. CPU is this process's ``time.process_time`` (the server's CPU is not counted).
+Reported: text blocks per second (wall clock) and CPU milliseconds per 1,000 chunks,
+then cuca's ratios against the targets (≥3x the openai SDK, ≥10x LiteLLM, within 2x of
+the floor, all on CPU per chunk). Never part of pass/fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+CHUNKS = 10_000
+REPEATS = 5
+MODEL = "gpt-4o-2024-08-06"
+API_KEY = "sk-bench-not-a-real-key"
+WORDS = ["Hello", " world", ",", " the", " quick", " brown", " fox", " jumps", " ü", " 日本"]
+
+
+def transcript(chunks: int = CHUNKS) -> bytes:
+    """``chunks`` text deltas in OpenAI's recorded shape, a finish chunk, usage, [DONE]."""
+    head = (
+        '{"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk",'
+        '"created":1741569952,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_f9f4fb6dbf",'
+        '"choices":[{"index":0,"delta":'
+    )
+    tail = ',"logprobs":null,"finish_reason":%s}]}'
+    frames = [f'data: {head}{{"role":"assistant","content":"","refusal":null}}{tail % "null"}']
+    for i in range(chunks):
+        content = json.dumps(WORDS[i % len(WORDS)], ensure_ascii=False)
+        frames.append(f'data: {head}{{"content":{content}}}{tail % "null"}')
+    stop = tail % '"stop"'
+    frames.append(f"data: {head}{{}}{stop}")
+    usage = {"prompt_tokens": 12, "completion_tokens": chunks, "total_tokens": chunks + 12}
+    frames.append(
+        'data: {"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk",'
+        f'"created":1741569952,"model":"{MODEL}","choices":[],"usage":{json.dumps(usage)}}}'
+    )
+    frames.append("data: [DONE]")
+    return ("\n\n".join(frames) + "\n\n").encode()
+
+
+# -- the server (child process) ------------------------------------------------------
+
+
+async def serve() -> None:
+    from cuca.testing import Reply, open_replay_server
+
+    async with open_replay_server(Reply(body=transcript())) as server:
+        print(server.url, flush=True)
+        await trio.sleep_forever()
+
+
+def start_server() -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
+# -- the clients ---------------------------------------------------------------------
+
+MESSAGES: list[Any] = [{"role": "user", "content": "Say hello many times."}]
+
+
+async def run_cuca(url: str) -> int:
+    from cuca import CucaClient, ProviderEndpoint, Text, UnifiedRequest
+
+    request = UnifiedRequest.new(MODEL).add_user_message("Say hello many times.")
+    blocks = 0
+    async with CucaClient(ProviderEndpoint.OPENAI, base_url=f"{url}/v1", api_key=API_KEY) as c:
+        async with c.generate_stream(request) as stream:
+            async for item in stream:
+                if isinstance(item, Text):
+                    blocks += 1
+    return blocks
+
+
+async def run_floor(url: str) -> int:
+    import httpx
+    from httpx_sse import aconnect_sse
+
+    body = {"model": MODEL, "messages": MESSAGES, "stream": True}
+    blocks = 0
+    async with httpx.AsyncClient(timeout=None) as client:
+        async with aconnect_sse(client, "POST", f"{url}/v1/chat/completions", json=body) as es:
+            async for sse in es.aiter_sse():
+                if sse.data == "[DONE]":
+                    break
+                chunk = json.loads(sse.data)
+                for choice in chunk["choices"]:
+                    if choice["delta"].get("content"):
+                        blocks += 1
+    return blocks
+
+
+async def run_openai(url: str) -> int:
+    from openai import AsyncOpenAI
+
+    blocks = 0
+    async with AsyncOpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0) as client:
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                blocks += 1
+    return blocks
+
+
+async def run_litellm(url: str) -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.telemetry = False
+    blocks = 0
+    response: Any = await litellm.acompletion(
+        model=f"openai/{MODEL}",
+        api_base=f"{url}/v1",
+        api_key=API_KEY,
+        messages=MESSAGES,
+        stream=True,
+    )
+    async for chunk in response:
+        if chunk.choices and chunk.choices[0].delta.content:
+            blocks += 1
+    return blocks
+
+
+Runner = Callable[[Callable[[str], Awaitable[int]], str], int]
+
+
+def on_trio(client: Callable[[str], Awaitable[int]], url: str) -> int:
+    return trio.run(client, url)
+
+
+def on_asyncio(client: Callable[[str], Awaitable[int]], url: str) -> int:
+    return asyncio.run(client(url))  # type: ignore[arg-type]
+
+
+CLIENTS: list[tuple[str, Callable[[str], Awaitable[int]], Runner]] = [
+    ("cuca", run_cuca, on_trio),
+    ("floor (httpx + httpx-sse + json)", run_floor, on_trio),
+    ("openai SDK", run_openai, on_asyncio),
+    ("LiteLLM", run_litellm, on_asyncio),
+]
+
+
+def measure(runner: Runner, client: Callable[[str], Awaitable[int]], url: str) -> dict[str, float]:
+    runner(client, url)  # warm-up: imports, connection setup, caches
+    best: dict[str, float] | None = None
+    for _ in range(REPEATS):
+        wall, cpu = time.perf_counter(), time.process_time()
+        blocks = runner(client, url)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if best is None or cpu < best["cpu"]:
+            best = {"blocks": blocks, "wall": wall, "cpu": cpu}
+    assert best is not None
+    return best
+
+
+def main() -> None:
+    process, url = start_server()
+    results: dict[str, dict[str, float]] = {}
+    try:
+        for name, client, runner in CLIENTS:
+            try:
+                results[name] = measure(runner, client, url)
+            except Exception as exc:  # a missing SDK should not hide the other rows
+                print(f"{name}: failed: {type(exc).__name__}: {exc}")
+    finally:
+        process.terminate()
+        process.wait()
+    report(results)
+
+
+def report(results: dict[str, dict[str, float]]) -> None:
+    print(f"{CHUNKS:,} chunks over loopback, best of {REPEATS} runs (CPU = this process)\n")
+    print(f"{'client':34} {'blocks':>7} {'blocks/s':>10} {'CPU ms/1k chunks':>17}")
+    per_k: dict[str, float] = {}
+    for name, r in results.items():
+        per_k[name] = r["cpu"] * 1000 / (CHUNKS / 1000)
+        rate = r["blocks"] / r["wall"]
+        print(f"{name:34} {int(r['blocks']):>7} {rate:>10,.0f} {per_k[name]:>17.2f}")
+    cuca = per_k.get("cuca")
+    if cuca is None:
+        return
+    print()
+    targets = [
+        ("openai SDK", "openai SDK CPU / cuca CPU", 3.0, True),
+        ("LiteLLM", "LiteLLM CPU / cuca CPU", 10.0, True),
+        ("floor (httpx + httpx-sse + json)", "cuca CPU / floor CPU", 2.0, False),
+    ]
+    for name, label, target, higher in targets:
+        if name not in per_k:
+            continue
+        ratio = per_k[name] / cuca if higher else cuca / per_k[name]
+        ok = ratio >= target if higher else ratio <= target
+        sign = ">=" if higher else "<="
+        print(f"{label:30} {ratio:6.2f}x  (target {sign} {target:g}x: {'met' if ok else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:
+        trio.run(serve)
+    else:
+        main()
