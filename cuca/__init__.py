@@ -16,6 +16,9 @@ from .convert import from_json as from_json
 from .convert import structure as structure
 from .convert import to_json as to_json
 from .convert import unstructure as unstructure
+from .engine import Capabilities as Capabilities
+from .engine import LocalModel as LocalModel
+from .engine import SamplingConfig as SamplingConfig
 from .errors import ConfigurationError as ConfigurationError
 from .errors import CucaError as CucaError
 from .errors import HttpStatusError as HttpStatusError
@@ -26,6 +29,9 @@ from .errors import SseParseError as SseParseError
 from .errors import TemplateError as TemplateError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
+from .providers.anthropic import AnthropicConfig as AnthropicConfig
+from .providers.llamacpp import LlamaCppConfig as LlamaCppConfig
+from .providers.llamacpp import LlamaRoute as LlamaRoute
 from .providers.registry import register_adapter as register_adapter
 from .retry import RetryPolicy as RetryPolicy
 from .stream import Completion as Completion
