@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import attrs
-from cuca.stages.sse import SseEvent
 
 from cuca.errors import ProviderError, TransportError
+from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
     ProviderEndpoint,

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol, TypeAlias
 
 import attrs
-from cuca.stages.sse import SseEvent, SseParser
 
 from cuca.errors import CucaError, JsonError
+from cuca.stages.sse import SseEvent, SseParser
 from cuca.types import Block, ProviderEndpoint, TurnSummary, UnifiedRequest
 
 __all__ = [

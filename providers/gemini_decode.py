@@ -25,9 +25,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from cuca.stages.sse import SseEvent
-
 from cuca.errors import ProviderError, TransportError
+from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
     ProviderEndpoint,

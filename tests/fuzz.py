@@ -19,6 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import itertools
+
 from conformance.targets import TARGETS, Target, decode
 
 from cuca import CucaError
@@ -72,7 +74,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
 def chunks(data: bytes, rng: random.Random) -> list[bytes]:
     cuts = sorted(rng.sample(range(len(data) + 1), k=min(len(data) + 1, rng.randint(0, 12))))
     edges = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 def finding(target: Target, data: bytes, rng: random.Random) -> str | None:

@@ -6,12 +6,12 @@ from typing import Any
 
 import trio
 import trio.lowlevel
-from cuca.stages import HTTP_POINTS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.fake_adapter import FAKE
 
 from cuca import CucaClient, UnifiedRequest
+from cuca.stages import HTTP_POINTS
 from cuca.testing import Reply, open_replay_server
 
 REQUEST = UnifiedRequest.new("fake-model").add_user_message("hi")

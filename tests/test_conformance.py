@@ -255,7 +255,7 @@ def test_conformance_ten_megabyte_frame_keeps_memory_bounded(target: Target) -> 
 def test_conformance_arbitrary_bytes_raise_only_cuca_errors(
     target: Target, data: bytes, cut: int
 ) -> None:
-    items, error = decode(target, [data[:cut], data[cut:]])
+    _items, error = decode(target, [data[:cut], data[cut:]])
     assert error is None or isinstance(error, CucaError), repr(error)
 
 

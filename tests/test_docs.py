@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import trio
+from support.transcripts import transcript
 
 from cuca.testing import RecordedRequest, Reply, open_replay_server
-from support.transcripts import transcript
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

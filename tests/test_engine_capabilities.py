@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from support.corpus import corpus_params, corpus_template, smollm2_template, template_corpus
+
 from cuca.engine.families import detect_family, ends_in_reasoning, find_markers
 from cuca.engine.formats import Capabilities, OutputFormat, ToolSyntax
 from cuca.engine.template import ChatTemplate
-from support.corpus import corpus_params, corpus_template, smollm2_template, template_corpus
-
 from cuca.types import UnifiedRequest
 
 THINK = ("<think>", "</think>")

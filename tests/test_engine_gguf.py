@@ -6,9 +6,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from cuca.engine.gguf import read_metadata
 from support.corpus import smollm2_gguf_path
 
+from cuca.engine.gguf import read_metadata
 from cuca.errors import ConfigurationError
 
 

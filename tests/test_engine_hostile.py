@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from cuca.engine.sandbox import Limits
 from cuca.engine.template import ChatTemplate
-
 from cuca.errors import TemplateError
 from cuca.types import UnifiedRequest
 

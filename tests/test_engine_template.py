@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from cuca.engine.template import ChatTemplate, ToolArguments, template_variables
 from support.corpus import corpus_params, corpus_template, smollm2_template, template_corpus
 
+from cuca.engine.template import ChatTemplate, ToolArguments, template_variables
 from cuca.errors import ConfigurationError, TemplateError
 from cuca.types import (
     ImageBase64,

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import cuca.stages
-
 import cuca
+import cuca.stages
 import cuca.testing
 
 

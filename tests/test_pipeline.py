@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 import trio
-from cuca.stages import HTTP_POINTS, after, before, map_items
 from support.fake_adapter import FAKE, frames
 
 from cuca import ConfigurationError, CucaClient, Text, UnifiedRequest
+from cuca.stages import HTTP_POINTS, after, before, map_items
 from cuca.testing import Reply, open_replay_server
 
 REQUEST = UnifiedRequest.new("fake-model").add_user_message("hi")

@@ -7,8 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from cuca.providers.anthropic import AnthropicConfig, make_anthropic
-from cuca.providers.base import ClientSettings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.transcripts import decode_chunks, transcript
@@ -33,6 +31,8 @@ from cuca import (
     UnifiedRequest,
     merge_blocks,
 )
+from cuca.providers.anthropic import AnthropicConfig, make_anthropic
+from cuca.providers.base import ClientSettings
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
 from cuca.types import PromptCacheUsage, TokenUsage
 
@@ -465,6 +465,7 @@ def test_anthropic_decoder_any_chunking_gives_the_same_turn(data: st.DataObject,
 
 def sdk_message(name: str) -> Any:
     from anthropic.lib.streaming._messages import accumulate_event
+
     from cuca.stages.sse import SseParser
 
     snapshot = None

@@ -6,9 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cuca.providers.anthropic import AnthropicAdapter, deepseek_bridge_model, make_deepseek_bridge
-from cuca.providers.base import ClientSettings
-from cuca.providers.registry import adapter_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.transcripts import decode_chunks, transcript
@@ -28,6 +25,9 @@ from cuca import (
     UnifiedRequest,
     merge_blocks,
 )
+from cuca.providers.anthropic import AnthropicAdapter, deepseek_bridge_model, make_deepseek_bridge
+from cuca.providers.base import ClientSettings
+from cuca.providers.registry import adapter_for
 from cuca.testing import Reply, chunkings, open_replay_server
 from cuca.types import TokenUsage
 

@@ -11,10 +11,6 @@ from typing import Any
 
 import attrs
 import pytest
-from cuca.providers.base import ClientSettings, Item
-from cuca.providers.gemini import GeminiFramer, make_gemini
-from cuca.providers.gemini_decode import GeminiDecoder
-from cuca.stages.sse import SseEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.transcripts import transcript
@@ -38,6 +34,10 @@ from cuca import (
     UnifiedMessage,
     UnifiedRequest,
 )
+from cuca.providers.base import ClientSettings, Item
+from cuca.providers.gemini import GeminiFramer, make_gemini
+from cuca.providers.gemini_decode import GeminiDecoder
+from cuca.stages.sse import SseEvent
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
 from cuca.types import PromptCacheUsage, TokenUsage, TurnSummary
 

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 
 import httpx_sse
-from cuca.stages.sse import SseParser, sse_events
 from openai._streaming import SSEDecoder as OpenAiDecoder
+
+from cuca.stages.sse import SseParser, sse_events
 
 READ_SIZE = 64 * 1024
 STREAM_SIZE = 50 * 1000 * 1000

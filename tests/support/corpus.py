@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cuca.engine.gguf import read_metadata
 from cuca.engine.template import ChatTemplate
 

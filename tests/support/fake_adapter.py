@@ -7,11 +7,10 @@ Frames: ``data: T <text>`` is a Text block, ``data: E <msg>`` a non-fatal error 
 
 from __future__ import annotations
 
+from cuca import ProviderEndpoint, ProviderError, Text, TransportError, TurnSummary
 from cuca.providers.base import ClientSettings, HttpRequest, Item, ProviderAdapter, StreamDecoder
 from cuca.providers.registry import register_adapter
 from cuca.stages.sse import SseEvent
-
-from cuca import ProviderEndpoint, ProviderError, Text, TransportError, TurnSummary
 from cuca.types import TokenUsage, UnifiedRequest
 
 FAKE = ProviderEndpoint.custom("fake")
