@@ -52,6 +52,7 @@ check:
 	$(PYTHON) -m pytest -q
 
 bench: install-test
+	$(PIP) install -q -e '.[dev,local,testing,bench]'
 	$(PYTHON) tests/benchmarks/run_all.py
 
 # The nightly fuzzer: mutates every provider's transcripts for FUZZ_SECONDS; findings are

@@ -1,6 +1,7 @@
 """Benchmark streaming one 10,000-chunk chat completion over loopback.
 
-Run ``python tests/benchmarks/bench_openai_stream.py``: one command, one run. A replay
+Run ``python tests/benchmarks/bench_openai_stream.py [--chunks N]``: one command, one
+run. A replay
 server in a child process serves the same OpenAI transcript to four clients in turn:
 
 - cuca (``CucaClient`` under trio),
@@ -61,17 +62,17 @@ def transcript(chunks: int = CHUNKS) -> bytes:
 # -- the server (child process) ------------------------------------------------------
 
 
-async def serve() -> None:
+async def serve(chunks: int) -> None:
     from cuca.testing import Reply, open_replay_server
 
-    async with open_replay_server(Reply(body=transcript())) as server:
+    async with open_replay_server(Reply(body=transcript(chunks))) as server:
         print(server.url, flush=True)
         await trio.sleep_forever()
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
-        [sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True
+        [sys.executable, __file__, "--serve", str(CHUNKS)], stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     return process, process.stdout.readline().strip()
@@ -223,7 +224,9 @@ def report(results: dict[str, dict[str, float]]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        trio.run(serve)
+    if sys.argv[1:2] == ["--serve"]:
+        trio.run(serve, int(sys.argv[2]))
     else:
+        if sys.argv[1:2] == ["--chunks"]:
+            CHUNKS = int(sys.argv[2])  # issue 2's pipeline-overhead run uses 20,000
         main()

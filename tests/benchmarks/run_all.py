@@ -1,0 +1,40 @@
+"""Run every benchmark in one go: ``python tests/benchmarks/run_all.py`` (or ``make bench``).
+
+Each benchmark runs in its own process and prints its own table and ratios; this only
+sequences them. Benchmarks are never part of pass/fail.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+RUNS = [
+    ("SSE parser throughput (issue: core)", ["bench_sse.py"]),
+    (
+        "pipeline overhead, 20,000 chunks (issue: core)",
+        ["bench_openai_stream.py", "--chunks", "20000"],
+    ),
+    ("OpenAI-compatible stream, 10,000 chunks (issue: providers)", ["bench_openai_stream.py"]),
+    ("local engine vs llama-cpp-python and llama-server (issue: engine)", ["bench_engine.py"]),
+    ("load: 2 x 500 concurrent turns of 1,000 chunks (issue: faults and load)", ["bench_load.py"]),
+]
+
+
+def main() -> int:
+    failed = 0
+    for title, argv in RUNS:
+        print(f"\n=== {title}\n", flush=True)
+        start = time.perf_counter()
+        code = subprocess.call([sys.executable, str(HERE / argv[0]), *argv[1:]])
+        print(f"\n({argv[0]} took {time.perf_counter() - start:.0f} s, exit {code})", flush=True)
+        failed += code != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
