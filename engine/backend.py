@@ -1,0 +1,263 @@
+"""The only module that calls llama.cpp, through llama-cpp-python's low-level bindings.
+
+We use the C API (model, context, vocabulary, memory, sampler chain) rather than the
+``Llama`` class: it compiles every chat template in the file with its own jinja2
+setup at load, keeps Python state beside the K/V cache, and its ``detokenize`` drops
+pieces longer than 32 bytes. Here each call is one ctypes call, which releases the GIL,
+so a generation in a worker thread leaves the trio thread free.
+
+``llama_cpp`` has no usable type information, so it is imported lazily as an untyped
+module and every value leaving this module is converted to a plain ``int``/``bytes``.
+Not thread-safe: the caller runs one operation at a time (see ``worker``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+import threading
+import weakref
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from cuca.errors import ConfigurationError
+
+from .sampling import SamplerStep
+
+__all__ = ["DECODE_ABORTED", "LlamaBackend", "Sampler", "llama_cpp_module"]
+
+DECODE_ABORTED = 2
+"""``llama_decode``'s return code when the abort callback stopped it."""
+
+_FLASH_ATTN_DISABLED, _FLASH_ATTN_ENABLED = 0, 1  # LLAMA_FLASH_ATTN_TYPE_*
+_ATTR_UNKNOWN = 1 << 1  # LLAMA_TOKEN_ATTR_UNKNOWN
+_ATTR_CONTROL = 1 << 3  # LLAMA_TOKEN_ATTR_CONTROL
+_init_lock = threading.Lock()
+_initialised = False
+
+
+def llama_cpp_module() -> ModuleType:
+    """``llama_cpp``, imported on first use; a missing install is a configuration error."""
+    global _initialised
+    try:
+        module = importlib.import_module("llama_cpp")
+    except ImportError as exc:
+        raise ConfigurationError(
+            "the local engine needs llama-cpp-python: pip install 'cuca[local]'"
+        ) from exc
+    with _init_lock:
+        if not _initialised:
+            # llama-cpp-python routes llama.cpp's log through this logger and prints
+            # everything while it is unset; keep errors only unless the user chose.
+            logger = logging.getLogger("llama-cpp-python")
+            if logger.level == logging.NOTSET:
+                logger.setLevel(logging.ERROR)
+            module.llama_backend_init()
+            _initialised = True
+    return module
+
+
+def _free(ll: Any, ctx: Any, model: Any) -> None:
+    ll.llama_free(ctx)
+    ll.llama_model_free(model)
+
+
+class LlamaBackend:
+    """One loaded model and its single context (one sequence, id 0)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        n_ctx: int,
+        n_batch: int,
+        n_ubatch: int,
+        n_threads: int,
+        n_threads_batch: int,
+        flash_attention: bool,
+    ) -> None:
+        ll = self._ll = llama_cpp_module()
+        model = ll.llama_model_load_from_file(path.encode(), ll.llama_model_default_params())
+        if not model:
+            raise ConfigurationError(f"llama.cpp could not load the model in {path}")
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = n_ubatch
+        params.flash_attn_type = _FLASH_ATTN_ENABLED if flash_attention else _FLASH_ATTN_DISABLED
+        params.n_seq_max = 1
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads_batch
+        params.no_perf = True
+        ctx = ll.llama_init_from_model(model, params)
+        if not ctx:
+            ll.llama_model_free(model)
+            raise ConfigurationError(f"llama.cpp could not create a context for {path}")
+        self._model, self._ctx = model, ctx
+        self._free = weakref.finalize(self, _free, ll, ctx, model)
+        self._vocab = ll.llama_model_get_vocab(model)
+        self._memory = ll.llama_get_memory(ctx)
+        self.n_ctx = int(ll.llama_n_ctx(ctx))
+        self.n_batch = n_batch
+        self._pieces: dict[int, bytes] = {}
+        self._abort: Any = None  # keeps the ctypes callback alive while installed
+        n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
+        hidden = _ATTR_CONTROL | _ATTR_UNKNOWN
+        self.control_ids = frozenset(
+            t for t in range(n_vocab) if ll.llama_vocab_get_attr(self._vocab, t) & hidden
+        )
+
+    def close(self) -> None:
+        """Free the context and the model (idempotent)."""
+        self._free()
+
+    @property
+    def closed(self) -> bool:
+        return not self._free.alive
+
+    def chat_template(self) -> str | None:
+        """The model's default chat template (``tokenizer.chat_template``), if any."""
+        raw: bytes | None = self._ll.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    # -- vocabulary ----------------------------------------------------------------
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's text of ``token`` (for control tokens, their markup)."""
+        raw: bytes = self._ll.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace")
+
+    @property
+    def bos_id(self) -> int:
+        return int(self._ll.llama_vocab_bos(self._vocab))
+
+    @property
+    def eos_id(self) -> int:
+        return int(self._ll.llama_vocab_eos(self._vocab))
+
+    @property
+    def adds_bos(self) -> bool:
+        """Whether the vocabulary wants a BOS token at the start of every prompt."""
+        return bool(self._ll.llama_vocab_get_add_bos(self._vocab))
+
+    def is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends generation (EOS, EOT and their family)."""
+        return bool(self._ll.llama_vocab_is_eog(self._vocab, token))
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        """``text`` as token ids, nothing added; control-token text is parsed as control
+        tokens only when ``special``."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        for _ in range(2):
+            buf = (self._ll.llama_token * capacity)()
+            n = int(
+                self._ll.llama_tokenize(self._vocab, data, len(data), buf, capacity, False, special)
+            )
+            if n >= 0:
+                return list(buf[:n])
+            capacity = -n
+        raise RuntimeError("llama_tokenize kept asking for a larger buffer")
+
+    def piece(self, token: int) -> bytes:
+        """The bytes ``token`` stands for, control tokens rendered as their text.
+
+        Grows the buffer as needed: some pieces are longer than 32 bytes (runs of
+        spaces), which ``Llama.detokenize`` silently drops.
+        """
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        size = 64
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = int(self._ll.llama_token_to_piece(self._vocab, token, buf, size, 0, True))
+            if n >= 0:
+                piece = buf.raw[:n]
+                self._pieces[token] = piece
+                return piece
+            size = -n
+
+    # -- context -------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int]) -> int:
+        """Evaluate ``tokens`` after what the cache holds; llama_decode's return code.
+
+        Positions continue from the cache; only the last token's logits are kept.
+        """
+        array = (self._ll.llama_token * len(tokens))(*tokens)
+        batch = self._ll.llama_batch_get_one(array, len(tokens))
+        return int(self._ll.llama_decode(self._ctx, batch))
+
+    def set_abort(self, flag: threading.Event | None) -> None:
+        """Make a running decode stop when ``flag`` is set (``None`` removes it).
+
+        The callback runs per graph node and takes the GIL, so it is installed for
+        prompt prefill only, where one decode can take seconds.
+        """
+        ll = self._ll
+        if flag is None:
+            self._abort = None
+            no_callback = ctypes.cast(None, ll.ggml_abort_callback)  # type: ignore[arg-type]
+            ll.llama_set_abort_callback(self._ctx, no_callback, None)
+            return
+        self._abort = ll.ggml_abort_callback(lambda _data: flag.is_set())
+        ll.llama_set_abort_callback(self._ctx, self._abort, None)
+
+    def cache_end(self) -> int:
+        """How many positions the K/V cache holds (one past the last one)."""
+        return int(self._ll.llama_memory_seq_pos_max(self._memory, 0)) + 1
+
+    def truncate(self, keep: int) -> bool:
+        """Drop every cached position from ``keep`` on; false if the memory cannot drop
+        a partial range (recurrent and hybrid models), in which case nothing changed."""
+        return bool(self._ll.llama_memory_seq_rm(self._memory, 0, keep, -1))
+
+    def clear(self) -> None:
+        """Empty the K/V cache."""
+        self._ll.llama_memory_clear(self._memory, True)
+
+    def sampler(self, steps: Sequence[SamplerStep]) -> Sampler:
+        """A fresh sampler chain for one generation."""
+        return Sampler(self._ll, self._ctx, steps)
+
+
+class Sampler:
+    """A llama.cpp sampler chain; keep one per generation so its RNG state advances."""
+
+    def __init__(self, ll: ModuleType, ctx: Any, steps: Sequence[SamplerStep]) -> None:
+        self._ll, self._ctx = ll, ctx
+        self._chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        for step in steps:
+            ll.llama_sampler_chain_add(self._chain, self._make(step))
+
+    def _make(self, step: SamplerStep) -> Any:
+        ll = self._ll
+        if step.kind == "greedy":
+            return ll.llama_sampler_init_greedy()
+        if step.kind == "top_k":
+            return ll.llama_sampler_init_top_k(int(step.value))
+        if step.kind == "top_p":
+            return ll.llama_sampler_init_top_p(float(step.value), 1)
+        if step.kind == "temp":
+            return ll.llama_sampler_init_temp(float(step.value))
+        if step.kind == "dist":
+            return ll.llama_sampler_init_dist(int(step.value))
+        raise ValueError(f"unknown sampler step {step.kind!r}")
+
+    def sample(self) -> int:
+        """The next token from the last decode's logits (also accepted by the chain)."""
+        return int(self._ll.llama_sampler_sample(self._chain, self._ctx, -1))
+
+    def close(self) -> None:
+        if self._chain is not None:
+            self._ll.llama_sampler_free(self._chain)
+            self._chain = None
+
+    def __enter__(self) -> Sampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
