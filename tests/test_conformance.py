@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cuca import (
-    CucaClient,
     CucaError,
     HttpStatusError,
     RetryPolicy,
@@ -93,13 +92,7 @@ async def test_conformance_truncation_over_http(target: Target, data: st.DataObj
     cut = data.draw(st.integers(0, len(body) - 1))
     full, _ = decode(target, [body])
     async with open_replay_server(Reply(body, cut_after=cut)) as server:
-        async with CucaClient(
-            target.endpoint,
-            base_url=target.base_url(server.url),
-            api_key=target.api_key,
-            provider_config=target.provider_config,
-            retry=RetryPolicy.never(),
-        ) as client:
+        async with target.client(server.url, retry=RetryPolicy.never()) as client:
             items: list[Any] = []
             with trio.fail_after(10):
                 try:
@@ -123,12 +116,7 @@ async def test_conformance_any_chunking_over_http_gives_the_same_items(
     expected, _ = decode(target, [body])
     sizes = data.draw(chunk_sizes(len(body), max_chunks=40))
     async with open_replay_server(Reply(body, chunks=sizes)) as server:
-        async with CucaClient(
-            target.endpoint,
-            base_url=target.base_url(server.url),
-            api_key=target.api_key,
-            provider_config=target.provider_config,
-        ) as client:
+        async with target.client(server.url) as client:
             async with client.generate_stream(target.request()) as stream:
                 items = [item async for item in stream]
     assert normalized(items) == expected
@@ -146,13 +134,7 @@ async def test_conformance_stall_with_read_timeout_fails_in_time(
     TransportError saying it timed out, 5 s (mock clock) after the last byte."""
     body = target.transcript(target.transcripts[0])
     async with open_replay_server(Reply(body, stall_after=len(body) // 2)) as server:
-        async with CucaClient(
-            target.endpoint,
-            base_url=target.base_url(server.url),
-            api_key=target.api_key,
-            provider_config=target.provider_config,
-            timeout=Timeouts(read=5),
-        ) as client:
+        async with target.client(server.url, timeout=Timeouts(read=5)) as client:
             start = trio.current_time()
             with pytest.raises(TransportError, match="timed out"):
                 async with client.generate_stream(target.request()) as stream:
@@ -167,12 +149,7 @@ async def test_conformance_stall_without_timeout_is_ended_by_dropping(target: Ta
     everything at once, connection included."""
     body = target.transcript(target.transcripts[0])
     async with open_replay_server(Reply(body, stall_after=len(body) // 2)) as server:
-        async with CucaClient(
-            target.endpoint,
-            base_url=target.base_url(server.url),
-            api_key=target.api_key,
-            provider_config=target.provider_config,
-        ) as client:
+        async with target.client(server.url) as client:
             with trio.move_on_after(0.3) as scope:
                 async with client.generate_stream(target.request()) as stream:
                     async for _ in stream:
@@ -196,13 +173,7 @@ async def test_conformance_http_error_shows_the_vendor_message(
     ctype = "application/json" if json_body else "text/html"
     reply = Reply(body, status=status, headers=[("content-type", ctype)])
     async with open_replay_server(reply) as server:
-        async with CucaClient(
-            target.endpoint,
-            base_url=target.base_url(server.url),
-            api_key=target.api_key,
-            provider_config=target.provider_config,
-            retry=RetryPolicy.never(),
-        ) as client:
+        async with target.client(server.url, retry=RetryPolicy.never()) as client:
             with pytest.raises(HttpStatusError) as info:
                 await client.generate(target.request())
     error = info.value
@@ -316,12 +287,7 @@ async def test_conformance_repeated_random_drops_leave_no_socket(target: Target)
     body = target.transcript(target.transcripts[0])
     frame = body[: frame_ends(body)[0]]
     async with open_replay_server(Reply.endless(frame, delay=0.0005)) as server:
-        async with CucaClient(
-            target.endpoint,
-            base_url=target.base_url(server.url),
-            api_key=target.api_key,
-            provider_config=target.provider_config,
-        ) as client:
+        async with target.client(server.url) as client:
             gc.collect()
             before = open_fds()
             for i in range(30):
@@ -352,12 +318,7 @@ async def test_conformance_secrets_never_reach_repr_str_or_logs(
         headers=[("content-type", "application/json")],
     )
     async with open_replay_server(reply) as server:
-        async with CucaClient(
-            target.endpoint,
-            base_url=target.base_url(server.url),
-            api_key=secret,
-            provider_config=target.provider_config,
-        ) as client:
+        async with target.client(server.url, api_key=secret) as client:
             adapter = client.adapter()
             wire = adapter.encode(target.request())
             with pytest.raises(HttpStatusError) as info:

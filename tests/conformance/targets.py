@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-from support.transcripts import transcript
+from support.transcripts import decode_chunks, transcript
 
-from cuca import ProviderEndpoint
+from cuca import CucaClient, ProviderEndpoint
 from cuca.providers.base import ClientSettings, Item, ProviderAdapter
 from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
 from cuca.providers.registry import adapter_for
@@ -43,6 +43,16 @@ class Target:
             self.endpoint, self.base_url(server_url), self.api_key, self.provider_config
         )
         return adapter_for(settings)
+
+    def client(self, server_url: str, **options: Any) -> CucaClient:
+        """A client for this target pointed at a replay server."""
+        return CucaClient(
+            self.endpoint,
+            base_url=self.base_url(server_url),
+            api_key=options.pop("api_key", self.api_key),
+            provider_config=self.provider_config,
+            **options,
+        )
 
     def request(self) -> UnifiedRequest:
         return UnifiedRequest.new("conformance-model").add_user_message("hi").set_max_tokens(64)
@@ -261,26 +271,9 @@ def decode(target: Target, chunks: Sequence[bytes]) -> tuple[list[Item], Excepti
     """Run ``chunks`` through the target's framer and decoder, as the pipeline does:
     stop at the end marker, close at end of stream; return the items and the error."""
     adapter = target.adapter()
-    framer = adapter.new_framer()
     decoder = adapter.new_decoder(target.request())
-    items: list[Item] = []
-    try:
-        for chunk in chunks:
-            for event in framer.feed(chunk):
-                items += decoder.feed(event)
-                if decoder.finished:
-                    break
-            if decoder.finished:
-                break
-        else:
-            for event in framer.close():
-                items += decoder.feed(event)
-                if decoder.finished:
-                    break
-        items += decoder.close()
-    except Exception as exc:
-        return normalized(items), exc
-    return normalized(items), None
+    run = decode_chunks(decoder, chunks, framer=adapter.new_framer(), catch=Exception)
+    return normalized(run.items), run.error
 
 
 SYNTHETIC_ID = re.compile(r"call_[0-9a-f]{16}")

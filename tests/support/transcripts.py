@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 
 from cuca.errors import CucaError
-from cuca.providers.base import Item, StreamDecoder
+from cuca.providers.base import Framer, Item, StreamDecoder
 from cuca.stages.sse import SseParser
 from cuca.types import TurnSummary
 
@@ -26,27 +26,36 @@ class Decoded:
     """What a turn produced: its items, the error that ended it (if any), its summary."""
 
     items: list[Item]
-    error: CucaError | None
+    error: Exception | None
     summary: TurnSummary
 
 
-def decode_chunks(decoder: StreamDecoder, chunks: Iterable[bytes]) -> Decoded:
-    """Feed ``chunks`` through a fresh ``SseParser`` into ``decoder``, stopping at the
-    end marker and closing at end of stream, as ``cuca.stages.http`` does."""
-    parser = SseParser()
+def decode_chunks(
+    decoder: StreamDecoder,
+    chunks: Iterable[bytes],
+    framer: Framer | None = None,
+    catch: type[Exception] = CucaError,
+) -> Decoded:
+    """Feed ``chunks`` through ``framer`` (a fresh ``SseParser`` by default) into
+    ``decoder``, stopping at the end marker and closing at end of stream, as
+    ``cuca.stages.http`` does. An error of type ``catch`` ends the run and is returned;
+    the conformance suite catches every ``Exception`` to check its type."""
+    framer = SseParser() if framer is None else framer
     items: list[Item] = []
     try:
         for chunk in chunks:
-            for event in parser.feed(chunk):
+            for event in framer.feed(chunk):
                 items += decoder.feed(event)
                 if decoder.finished:
                     break
             if decoder.finished:
                 break
         else:
-            for event in parser.close():
+            for event in framer.close():
                 items += decoder.feed(event)
+                if decoder.finished:
+                    break
         items += decoder.close()
-    except CucaError as exc:
+    except catch as exc:
         return Decoded(items, exc, decoder.summary())
     return Decoded(items, None, decoder.summary())
