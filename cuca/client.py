@@ -136,7 +136,11 @@ class CucaClient:
             raise ConfigurationError("the client is closed")
         if self._http is None:
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-            self._http = httpx.AsyncClient(timeout=self.timeouts.httpx(), limits=limits)
+            # trust_env=False: the library reads no environment variable (no proxy
+            # settings, no .netrc); pass http_client= to choose otherwise
+            self._http = httpx.AsyncClient(
+                timeout=self.timeouts.httpx(), limits=limits, trust_env=False
+            )
         return self._http
 
     def adapter(self) -> ProviderAdapter:
@@ -181,7 +185,7 @@ class CucaClient:
         http = self._http_client()
         return [
             NamedStage("encode", encode_stage(adapter.encode)),
-            NamedStage("transport", transport_stage(http, adapter.error_message, None, retry)),
+            NamedStage("transport", transport_stage(http, adapter.error_message, retry)),
             NamedStage("sse_parse", sse_stage(adapter.new_framer)),
             NamedStage("decode", decode_stage(adapter.new_decoder, ctx)),
         ]

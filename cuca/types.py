@@ -8,6 +8,7 @@ frozen; the fluent helpers on :class:`UnifiedRequest` return new instances.
 from __future__ import annotations
 
 import enum
+import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, TypeAlias
 
@@ -45,8 +46,10 @@ class ProviderEndpoint:
 
     The built-in endpoints are class attributes (``ProviderEndpoint.OPENAI``...).
     ``ProviderEndpoint.custom(name)`` names a gateway cuca has no adapter for; dispatching
-    it always fails with a :class:`~cuca.errors.ConfigurationError`, because guessing its
-    protocol would send a malformed request to a real server.
+    it fails with ``configuration error: custom endpoints require a registered adapter``,
+    because guessing its protocol would send a malformed request to a real server. The
+    one way through is an adapter you wrote, registered with
+    :func:`cuca.register_adapter` under that name.
     """
 
     kind: str
@@ -73,7 +76,8 @@ class ProviderEndpoint:
 
     @classmethod
     def custom(cls, name: str) -> ProviderEndpoint:
-        """A named endpoint with no adapter: it always fails to dispatch."""
+        """A named endpoint with no built-in adapter: it fails to dispatch unless an
+        adapter was registered for ``name``."""
         return cls("custom", name)
 
     @classmethod
@@ -177,6 +181,12 @@ class ToolResult:
     tool_call_id: str
     output: str
     is_error: bool = False
+
+
+def new_call_id() -> str:
+    """A fresh tool-call id for a call whose provider sent none: ``call_`` and 16
+    hexadecimal digits."""
+    return "call_" + secrets.token_hex(8)
 
 
 Block: TypeAlias = Text | ImageBase64 | Thinking | ToolCall | ToolResult

@@ -136,7 +136,6 @@ class LocalModel:
         self.template = template
         self._backend = backend
         self._guard = PromptGuard(backend.token_text(t) for t in backend.control_ids)
-        self._control_ids = {backend.token_text(t): t for t in backend.control_ids}
         self._cached: list[int] = []  # the tokens whose K/V the context holds, in order
         self._turn_lock = trio.Lock()  # turns queue here, in trio
         self._use_lock = threading.Lock()  # the llama.cpp context, in threads
@@ -336,7 +335,14 @@ class LocalModel:
         sink: worker.TokenSink,
     ) -> worker.TurnEnd:
         backend = self._backend
-        shown = {self._control_ids[m] for m in format_markers(fmt) if m in self._control_ids}
+        # control tokens that belong to the format's markers stay visible to the output
+        # parser, even inside a marker made of several tokens (gpt-oss, Gemma 4)
+        shown = {
+            token
+            for marker in format_markers(fmt)
+            for token in backend.tokenize(marker, special=True)
+            if token in backend.control_ids
+        }
         hidden = backend.control_ids - shown
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         limit = request.max_tokens
@@ -357,7 +363,9 @@ class LocalModel:
                 if len(self._cached) >= self.n_ctx:
                     reason = "context_length"
                     break
-                self._check(backend.decode([token]), [*self._cached, token])
+                code = backend.decode([token])
+                if code:  # rare: only then build the list the cache must be resynced to
+                    self._check(code, [*self._cached, token])
                 self._cached.append(token)
         return worker.TurnEnd(usage, count, reason, tail=decoder.decode(b"", final=True))
 

@@ -30,12 +30,11 @@ import ast
 import enum
 import json
 import re
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeAlias
 
 from cuca.errors import ProviderError
-from cuca.types import Text, Thinking, ToolCall
+from cuca.types import Text, Thinking, ToolCall, new_call_id
 
 from .formats import OutputFormat, ToolSyntax
 
@@ -58,11 +57,6 @@ _MAX_MISTRAL_NAME = 256
 _WAIT = -1
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 _LOOKS_LIKE_CALL = re.compile(r'\s*\{\s*"name"\s*:')
-
-
-def new_call_id() -> str:
-    """A fresh tool-call id: ``call_`` and 16 hexadecimal digits."""
-    return "call_" + secrets.token_hex(8)
 
 
 def format_markers(fmt: OutputFormat) -> frozenset[str]:
@@ -146,6 +140,18 @@ class _JsonScanner:
         return None
 
 
+BAD_JSON = (ValueError, TypeError, RecursionError, MemoryError)
+"""What parsing model output may raise: malformed, mistyped or absurdly nested text."""
+
+
+def _is_json(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
 def _arguments(value: object) -> dict[str, Any] | None:
     """Tool arguments as an object: an object, null, or a string holding an object."""
     if value is None:
@@ -153,7 +159,7 @@ def _arguments(value: object) -> dict[str, Any] | None:
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else {}
-        except ValueError:
+        except BAD_JSON:
             return None
     return value if isinstance(value, dict) else None
 
@@ -180,7 +186,7 @@ def _builtin_call(body: str) -> _Parts | None:
     """A Llama 3 builtin call ``tool.call(key="value", ...)`` as ``(name, arguments)``."""
     try:
         tree = ast.parse(body.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     call = tree.body
     if not (
@@ -197,8 +203,10 @@ def _builtin_call(body: str) -> _Parts | None:
             return None
         try:
             arguments[keyword.arg] = ast.literal_eval(keyword.value)
-        except ValueError:
+        except BAD_JSON:
             return None
+    if not _is_json(arguments):  # a set or bytes literal has no JSON form
+        return None
     return call.func.value.id, arguments
 
 
@@ -440,7 +448,7 @@ class OutputParser:
     def _parse_call(self, body: str, *, require_arguments: bool) -> _Parts | None:
         try:
             obj = json.loads(body)
-        except ValueError:
+        except BAD_JSON:
             return None
         return _call_parts(obj, require_arguments=require_arguments)
 
@@ -453,7 +461,7 @@ class OutputParser:
         try:
             obj: object = json.loads(body) if end is not None else None
             valid = end is not None
-        except ValueError:
+        except BAD_JSON:
             obj, valid = None, False
         parts = _call_parts(obj, require_arguments=not self._from_python_tag)
         if parts is not None:
@@ -540,7 +548,7 @@ class OutputParser:
         body = self._consume(len(self._buf) if end is None else end)
         try:
             calls = json.loads(body)
-        except ValueError:
+        except BAD_JSON:
             calls = None
         if not isinstance(calls, list) or not calls:
             self._emit_call(out, None, body)
@@ -588,7 +596,7 @@ class OutputParser:
         if end is not None and _NAME.fullmatch(self._call_name):
             try:
                 arguments = _arguments(json.loads(body))
-            except ValueError:
+            except BAD_JSON:
                 arguments = None
             if arguments is not None:
                 parts = (self._call_name, arguments)

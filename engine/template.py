@@ -74,7 +74,7 @@ def _arguments(call: ToolCall) -> ToolArguments:
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ConfigurationError(
                 f"tool call {call.id} arguments are not a JSON object: {value!r}"
             ) from None

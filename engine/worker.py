@@ -166,7 +166,7 @@ class _Relay:
                     await send.send(items)
                 if finished:
                     return
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except trio.BrokenResourceError:
             pass  # nobody listens any more: stop generating, quietly
         finally:
             self.stop_flag.set()

@@ -38,7 +38,7 @@ from cuca.types import (
     TurnSummary,
 )
 
-from .base import Item, StreamDecoder, loads_json
+from .base import Item, StreamDecoder, guarded_feed, loads_json
 
 __all__ = ["AnthropicDecoder"]
 
@@ -78,6 +78,7 @@ class AnthropicDecoder(StreamDecoder):
         self._reasoning_tokens: int | None = None
         self._stop_reason: str | None = None
 
+    @guarded_feed("anthropic")
     def feed(self, event: SseEvent) -> list[Item]:
         if self.finished or event.event == "ping":
             return []

@@ -9,13 +9,15 @@ stateful, I/O-free :class:`StreamDecoder`. Nothing outside ``providers/`` sees v
 from __future__ import annotations
 
 import abc
+import functools
 import json
-from collections.abc import Mapping
-from typing import Any, Protocol, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
 import attrs
 
-from cuca.errors import CucaError, JsonError
+from cuca.errors import CucaError, JsonError, ProviderError
+from cuca.stages.protocols import Framer
 from cuca.stages.sse import SseEvent, SseParser
 from cuca.types import Block, ProviderEndpoint, TurnSummary, UnifiedRequest
 
@@ -27,6 +29,7 @@ __all__ = [
     "Item",
     "ProviderAdapter",
     "StreamDecoder",
+    "guarded_feed",
     "loads_json",
 ]
 
@@ -67,14 +70,6 @@ class ClientSettings:
     base_url: str | None = None
     api_key: str | None = attrs.field(default=None, repr=False)
     provider_config: Any = None
-
-
-class Framer(Protocol):
-    """Splits response bytes into events (``SseParser`` is the default)."""
-
-    def feed(self, data: bytes) -> list[SseEvent]: ...
-
-    def close(self) -> list[SseEvent]: ...
 
 
 class StreamDecoder(abc.ABC):
@@ -121,6 +116,41 @@ class ProviderAdapter(abc.ABC):
     def error_message(self, status: int, body: str) -> str | None:
         """The vendor's own error text inside a non-2xx ``body``, if it can be found."""
         return None
+
+
+FeedMethod = Callable[[Any, SseEvent], list[Item]]
+
+
+def guarded_feed(provider: str) -> Callable[[FeedMethod], FeedMethod]:
+    """Make a decoder's ``feed`` turn a frame of the wrong shape into a ``ProviderError``.
+
+    Vendor JSON is untrusted: a frame that parses but holds a list where an object
+    belongs must end the turn with a typed error that shows the frame, never with a
+    ``TypeError`` from deep inside the decoder.
+    """
+
+    def wrap(feed: FeedMethod) -> FeedMethod:
+        @functools.wraps(feed)
+        def guarded(self: Any, event: SseEvent) -> list[Item]:
+            try:
+                return feed(self, event)
+            except CucaError:
+                raise
+            except (
+                TypeError,
+                AttributeError,
+                KeyError,
+                IndexError,
+                ValueError,
+                RecursionError,
+            ) as exc:
+                frame = event.data[:200]
+                message = f"unusable frame ({type(exc).__name__}: {exc}): {frame}"
+                raise ProviderError(str(getattr(self, "provider", provider)), message) from exc
+
+        return guarded
+
+    return wrap
 
 
 def loads_json(data: str, provider: str) -> Any:

@@ -21,7 +21,6 @@ ends before any finishReason was cut.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -35,20 +34,16 @@ from cuca.types import (
     TokenUsage,
     ToolCall,
     TurnSummary,
+    new_call_id,
 )
 
-from .base import Item, StreamDecoder, loads_json
+from .base import Item, StreamDecoder, guarded_feed, loads_json
 
 __all__ = ["SYNTHETIC_ID", "GeminiDecoder", "new_call_id"]
 
 GEMINI = ProviderEndpoint.GOOGLE_GEMINI
 SYNTHETIC_ID = r"call_[0-9a-f]{16}"
 """The shape of the ids cuca gives function calls that arrived without one."""
-
-
-def new_call_id() -> str:
-    """A fresh call id: ``call_`` and 16 hexadecimal digits."""
-    return f"call_{secrets.token_hex(8)}"
 
 
 class GeminiDecoder(StreamDecoder):
@@ -61,6 +56,7 @@ class GeminiDecoder(StreamDecoder):
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
 
+    @guarded_feed("gemini")
     def feed(self, event: SseEvent) -> list[Item]:
         if event.event == "error":
             raise ProviderError("gemini", _raw_error_text(event.data))

@@ -18,7 +18,15 @@ from cuca.errors import ConfigurationError, ProviderError
 from cuca.stages.sse import SseEvent
 from cuca.types import MessageRole, ProviderEndpoint, Text, TurnSummary, UnifiedRequest
 
-from .base import ClientSettings, HttpRequest, Item, ProviderAdapter, StreamDecoder, loads_json
+from .base import (
+    ClientSettings,
+    HttpRequest,
+    Item,
+    ProviderAdapter,
+    StreamDecoder,
+    guarded_feed,
+    loads_json,
+)
 from .openai_compat import DEFAULT_BASE_URLS, Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_decode import chat_error_message, error_text
 
@@ -168,6 +176,7 @@ class CompletionDecoder(StreamDecoder):
         self.text_blocks = 0
         self._finish_reason: str | None = None
 
+    @guarded_feed("llama_cpp")
     def feed(self, event: SseEvent) -> list[Item]:
         data = event.data
         if not data:

@@ -23,7 +23,7 @@ from cuca.errors import ProviderError, TransportError
 from cuca.stages.sse import SseEvent
 from cuca.types import PromptCacheUsage, Text, Thinking, TokenUsage, ToolCall, TurnSummary
 
-from .base import Item, StreamDecoder, loads_json
+from .base import Item, StreamDecoder, guarded_feed, loads_json
 
 __all__ = ["ChatCompletionsDecoder", "chat_error_message", "error_text"]
 
@@ -96,6 +96,7 @@ class ChatCompletionsDecoder(StreamDecoder):
         self._cache: PromptCacheUsage | None = None
         self._finish_reason: str | None = None
 
+    @guarded_feed("openai-compatible")
     def feed(self, event: SseEvent) -> list[Item]:
         data = event.data
         if not data:

@@ -14,7 +14,7 @@ from typing import Any, cast
 import httpx
 import trio
 
-from cuca.errors import HttpStatusError, TransportError
+from cuca.errors import ConfigurationError, HttpStatusError, TransportError
 from cuca.retry import RetryPolicy
 from cuca.types import UnifiedRequest
 
@@ -41,7 +41,6 @@ def encode_stage(encode: Callable[[UnifiedRequest], WireRequest]) -> Stage:
 def transport_stage(
     http: httpx.AsyncClient,
     error_text: ErrorText,
-    timeout: httpx.Timeout | None = None,
     retry: RetryPolicy | None = None,
 ) -> Stage:
     """Send each request and forward the response body, one batch per network read.
@@ -59,7 +58,7 @@ def transport_stage(
     ) -> None:
         async for batch in receive:
             for request in batch:
-                response = await _open(http, request, error_text, timeout, policy)
+                response = await _open(http, request, error_text, policy)
                 await _forward(response, send, request.url)
 
     return transport
@@ -69,21 +68,12 @@ async def _open(
     http: httpx.AsyncClient,
     request: WireRequest,
     error_text: ErrorText,
-    timeout: httpx.Timeout | None,
     policy: RetryPolicy,
 ) -> httpx.Response:
     """The response to ``request`` once its status is 2xx, retrying what may be retried."""
-    extensions = {} if timeout is None else {"timeout": timeout.as_dict()}
-    body = request.body_bytes()
+    wire = _build(http, request)
     attempt = 0
     while True:
-        wire = http.build_request(
-            request.method,
-            request.url,
-            headers=dict(request.headers),
-            content=body,
-            extensions=extensions,
-        )
         try:
             response = await http.send(wire, stream=True)
         except httpx.HTTPError as exc:
@@ -108,6 +98,38 @@ async def _open(
         raise HttpStatusError(status, text, error_text(status, text))
 
 
+def _build(http: httpx.AsyncClient, request: WireRequest) -> httpx.Request:
+    """The httpx request; what cannot be sent at all is a configuration error.
+
+    The messages never quote a header value or the URL's credentials: a key with a
+    stray newline must not end up in an error message.
+    """
+    try:
+        body = request.body_bytes()
+    except (UnicodeEncodeError, ValueError) as exc:
+        reason = exc.reason if isinstance(exc, UnicodeEncodeError) else type(exc).__name__
+        raise ConfigurationError(f"the request body cannot be encoded: {reason}") from None
+    for name, value in request.headers.items():
+        if not value.isascii() or "\r" in value or "\n" in value:
+            raise ConfigurationError(
+                f"the {name} header holds a line break or a non-ASCII character (check the API key)"
+            )
+    try:
+        return http.build_request(
+            request.method, request.url, headers=dict(request.headers), content=body
+        )
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
+        url = _safe_url(request.url)
+        raise ConfigurationError(f"invalid URL {url}: {type(exc).__name__}") from None
+
+
+def _safe_url(url: str) -> str:
+    """``url`` without its query string and without any user:password part."""
+    scheme, sep, rest = url.split("?", 1)[0].partition("://")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path}"
+
+
 def _retryable(exc: httpx.HTTPError) -> bool:
     """Errors where the server cannot have started answering: safe to send again."""
     return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
@@ -130,7 +152,9 @@ def _transport_error(exc: httpx.HTTPError, url: str) -> TransportError:
         return TransportError(f"timed out ({_describe(exc)})")
     if isinstance(exc, httpx.RemoteProtocolError):
         return TransportError(f"connection closed mid-response ({_describe(exc)})")
-    return TransportError(f"{_describe(exc)} ({url.split('?', 1)[0]})")
+    if isinstance(exc, httpx.LocalProtocolError):  # its text may quote a header value
+        return TransportError(f"{type(exc).__name__} ({_safe_url(url)})")
+    return TransportError(f"{_describe(exc)} ({_safe_url(url)})")
 
 
 def _describe(exc: Exception) -> str:
@@ -170,9 +194,11 @@ def decode_stage(new_decoder: Callable[[UnifiedRequest], Decoder], ctx: TurnCont
     async def decode(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
-        decoder = new_decoder(ctx.request)
+        decoder: Decoder | None = None
         try:
             async for batch in receive:
+                if decoder is None:  # only now have the request hooks run
+                    decoder = new_decoder(ctx.request)
                 if decoder.finished:
                     continue
                 items: list[Any] = []
@@ -184,11 +210,14 @@ def decode_stage(new_decoder: Callable[[UnifiedRequest], Decoder], ctx: TurnCont
                 finally:  # items decoded before an error still reach the consumer
                     if items:
                         await send.send(items)
+            if decoder is None:
+                decoder = new_decoder(ctx.request)
             if ctx.error is None:
                 tail = decoder.close()
                 if tail:
                     await send.send(tail)
         finally:
-            ctx.summary = decoder.summary()
+            if decoder is not None:
+                ctx.summary = decoder.summary()
 
     return decode

@@ -146,7 +146,7 @@ async def _guarded(
         async with send:
             try:
                 await stage.run(receive, send)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except trio.BrokenResourceError:
                 pass  # downstream stopped listening (it failed or finished): end quietly
             except Exception as exc:
                 ctx.fail(exc)

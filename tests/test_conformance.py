@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 from conformance.targets import TARGETS, Target, decode, normalized
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cuca import (
@@ -336,3 +336,85 @@ async def test_conformance_secrets_never_reach_repr_str_or_logs(
     ]
     for text in shown:
         assert secret not in text
+
+
+# -- well-formed JSON of the wrong types -------------------------------------------------
+
+json_leaves = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5)
+)
+json_values = st.recursive(
+    json_leaves,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "choices",
+                    "delta",
+                    "content",
+                    "tool_calls",
+                    "index",
+                    "function",
+                    "arguments",
+                    "name",
+                    "id",
+                    "usage",
+                    "type",
+                    "message",
+                    "content_block",
+                    "partial_json",
+                    "text",
+                    "thinking",
+                    "candidates",
+                    "parts",
+                    "functionCall",
+                    "args",
+                    "error",
+                    "usageMetadata",
+                    "finish_reason",
+                    "stop",
+                    "reasoning_content",
+                    "input",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+event_names = st.sampled_from(
+    [
+        "message",
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "error",
+        "ping",
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(frames=st.lists(st.tuples(event_names, json_values), min_size=1, max_size=6))
+@example(frames=[("message", {"choices": [{"delta": "x"}]})])
+@example(frames=[("message", {"choices": 5})])
+@example(frames=[("message", {"choices": [{"delta": {"tool_calls": 5}}]})])
+@example(frames=[("message_start", {"type": [1]})])
+@example(frames=[("message", {"candidates": [{"content": {"parts": "x"}}]})])
+@targets
+def test_conformance_wrongly_typed_json_raises_only_cuca_errors(
+    target: Target, frames: list[tuple[str, Any]]
+) -> None:
+    """Valid JSON with the vendor's keys but the wrong types: a typed error or a skip."""
+    import json
+
+    body = b"".join(
+        f"event: {name}\ndata: {json.dumps(value)}\n\n".encode() for name, value in frames
+    )
+    _, error = decode(target, [body])
+    assert error is None or isinstance(error, CucaError), repr(error)

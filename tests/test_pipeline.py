@@ -122,3 +122,23 @@ async def test_pipeline_slow_consumer_slows_the_transport() -> None:
                         await trio.sleep(0.05)
                         stable, last = (stable + 1, last) if reads == last else (0, reads)
                 assert reads <= 8
+
+
+async def test_pipeline_a_stage_that_misuses_its_channel_fails_the_turn() -> None:
+    """A buggy user stage (it closes its output, then sends) is reported, never a clean
+    but shortened turn."""
+
+    async def buggy(
+        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        async for batch in receive:
+            await send.send(batch)
+            await send.aclose()
+
+    async with open_replay_server(Reply(frames("a", "b", "c"), chunks=[11, 11])) as server:
+        async with CucaClient(FAKE, base_url=server.url, stages=[after("decode", buggy)]) as client:
+            with pytest.raises(trio.ClosedResourceError):
+                async with client.generate_stream(REQUEST) as stream:
+                    async for _ in stream:
+                        pass
+            assert stream.response is None

@@ -65,3 +65,52 @@ async def test_secrets_wire_requests_and_errors_hide_keys(
     assert any(SECRET in value for value in sent.values()), "the key was really sent"
     for text in (repr(wire), str(wire), repr(info.value), str(info.value), caplog.text):
         assert SECRET not in text
+
+
+@pytest.mark.parametrize(
+    "key",
+    [SECRET + "\n", "sk-canary-\u00e9t\u00e9-7f3a", "sk-canary\r\nX-Evil: 1"],
+    ids=["newline", "non-ascii", "header-injection"],
+)
+async def test_secrets_malformed_key_is_a_configuration_error_that_does_not_quote_it(
+    key: str,
+) -> None:
+    from cuca import ConfigurationError
+
+    async with open_replay_server(Reply(b"")) as server:
+        async with CucaClient(
+            ProviderEndpoint.OPENAI, base_url=server.url + "/v1", api_key=key
+        ) as client:
+            with pytest.raises(ConfigurationError) as info:
+                await client.generate(UnifiedRequest.new("m").add_user_message("hi"))
+    assert "check the API key" in str(info.value)
+    assert key.strip() not in str(info.value) + repr(info.value)
+    assert server.requests == []
+
+
+async def test_secrets_url_credentials_never_reach_error_messages() -> None:
+    from cuca import TransportError
+
+    url = "http://user:hunter2-canary@127.0.0.1:9/v1"
+    async with CucaClient(
+        ProviderEndpoint.OPENAI, base_url=url, api_key="k", retry=RetryPolicy.never()
+    ) as client:
+        with pytest.raises(TransportError) as info:
+            await client.generate(UnifiedRequest.new("m").add_user_message("hi"))
+    assert "hunter2-canary" not in str(info.value)
+    assert "127.0.0.1:9/v1" in str(info.value)
+
+
+async def test_secrets_invalid_url_and_unencodable_text_are_typed_errors() -> None:
+    from cuca import ConfigurationError
+
+    async with CucaClient(
+        ProviderEndpoint.OPENAI, base_url="http://[::1/v1", api_key="k"
+    ) as client:
+        with pytest.raises(ConfigurationError, match="invalid URL"):
+            await client.generate(UnifiedRequest.new("m").add_user_message("hi"))
+    async with CucaClient(
+        ProviderEndpoint.OPENAI, base_url="http://127.0.0.1:9/v1", api_key="k"
+    ) as client:
+        with pytest.raises(ConfigurationError, match="cannot be encoded"):
+            await client.generate(UnifiedRequest.new("m").add_user_message("lone \ud800 surrogate"))

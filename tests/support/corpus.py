@@ -19,8 +19,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from cuca.engine.gguf import read_metadata
 from cuca.engine.template import ChatTemplate
 
@@ -99,12 +97,9 @@ def corpus_template(name: str) -> ChatTemplate:
 
 
 def corpus_params() -> list[Any]:
-    """The corpus file names, for ``pytest.mark.parametrize``; one skipped parameter
-    that says why when the corpus cannot be had (no network and no cache)."""
-    try:
-        return sorted(template_corpus())
-    except CorpusUnavailable as exc:
-        return [pytest.param("", marks=pytest.mark.skip(reason=str(exc)))]
+    """The corpus file names, for ``pytest.mark.parametrize``. A corpus that cannot be
+    had (no network and no cache) fails the collection loudly: never a silent skip."""
+    return sorted(template_corpus())
 
 
 def smollm2_gguf_path() -> Path:
