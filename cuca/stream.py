@@ -44,6 +44,9 @@ class ResponseStream:
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 self._ended = True
                 self._batch, self._index = (), 0
+                # the last stage is done, but an upstream one may still fail (a user
+                # stage that closed its output early): the turn ends when all have
+                await self._ctx.finished.wait()
                 if self._ctx.error is not None:
                     raise self._ctx.error from None
                 raise StopAsyncIteration from None
@@ -56,7 +59,7 @@ class ResponseStream:
     def response(self) -> UnifiedResponse | None:
         """The turn's terminal record: usage, cache usage, finish reason. ``None`` until
         the stream has ended, and after a turn that ended in an error."""
-        return self._ctx.response
+        return None if self._ctx.error is not None else self._ctx.response
 
     @property
     def request(self) -> Any:

@@ -34,6 +34,7 @@ class TurnContext:
         self.summary: TurnSummary | None = None
         self.error: Exception | None = None
         self.response: UnifiedResponse | None = None
+        self.finished = trio.Event()  # set once every stage of the turn has ended
 
     def fail(self, error: Exception) -> None:
         """Record ``error`` as the reason the turn ended (the first one wins)."""

@@ -184,6 +184,11 @@ def sse_stage(new_framer: Callable[[], Framer]) -> Stage:
     return sse_parse
 
 
+MAX_DRAIN_READS = 16
+"""Reads drained after the provider's end marker so the connection can be pooled; a
+server still sending after that many is cut off."""
+
+
 def decode_stage(new_decoder: Callable[[UnifiedRequest], Decoder], ctx: TurnContext) -> Stage:
     """Translate events into items with a fresh decoder; record the turn's summary.
 
@@ -195,11 +200,15 @@ def decode_stage(new_decoder: Callable[[UnifiedRequest], Decoder], ctx: TurnCont
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
         decoder: Decoder | None = None
+        drained = 0
         try:
             async for batch in receive:
                 if decoder is None:  # only now have the request hooks run
                     decoder = new_decoder(ctx.request)
                 if decoder.finished:
+                    drained += 1
+                    if drained > MAX_DRAIN_READS:
+                        break  # a server that goes on after its end marker: hang up
                     continue
                 items: list[Any] = []
                 try:

@@ -120,6 +120,17 @@ class Pipeline:
         send, receive = trio.open_memory_channel[Sequence[Any]](1)
         send.send_nowait([first])
         send.close()
+        try:
+            await self._run_stages(ctx, receive, out)
+        finally:
+            ctx.finished.set()
+
+    async def _run_stages(
+        self,
+        ctx: TurnContext,
+        receive: trio.MemoryReceiveChannel[Any],
+        out: trio.MemorySendChannel[Any],
+    ) -> None:
         async with trio.open_nursery() as nursery:
             for index, stage in enumerate(self.stages):
                 if index == len(self.stages) - 1:

@@ -194,3 +194,13 @@ async def test_client_plugin_on_request_error_aborts() -> None:
                 await collect(client)
     assert str(info.value) == "plugin error (broken): on_request failed: RuntimeError: nope"
     assert server.requests == []
+
+
+async def test_client_server_that_goes_on_after_its_end_marker_is_hung_up_on() -> None:
+    """[DONE], then the server keeps sending forever: the turn still ends, cleanly."""
+    async with open_replay_server(Reply.endless(frames("a"))) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            with trio.fail_after(10):
+                items = await collect(client)
+            await server.wait_connections_closed()
+    assert items == [Text("a")]

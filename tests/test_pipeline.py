@@ -135,7 +135,9 @@ async def test_pipeline_a_stage_that_misuses_its_channel_fails_the_turn() -> Non
             await send.send(batch)
             await send.aclose()
 
-    async with open_replay_server(Reply(frames("a", "b", "c"), chunks=[11, 11])) as server:
+    async with open_replay_server(
+        Reply(frames("a", "b", "c"), chunks=[11, 11], delay=0.05)
+    ) as server:
         async with CucaClient(FAKE, base_url=server.url, stages=[after("decode", buggy)]) as client:
             with pytest.raises(trio.ClosedResourceError):
                 async with client.generate_stream(REQUEST) as stream:
