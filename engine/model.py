@@ -109,9 +109,7 @@ def _check_file(path: Path) -> None:
 def _check_request(request: UnifiedRequest) -> None:
     for index, message in enumerate(request.messages):
         if any(isinstance(block, ImageBase64) for block in message.content):
-            raise ConfigurationError(
-                f"the local engine is text only: message {index} has an image"
-            )
+            raise ConfigurationError(f"the local engine is text only: message {index} has an image")
     if request.max_tokens is not None and request.max_tokens < 0:
         raise ConfigurationError(f"max_tokens must be >= 0, got {request.max_tokens}")
 
@@ -139,6 +137,7 @@ class LocalModel:
         self._cached: list[int] = []  # the tokens whose K/V the context holds, in order
         self._turn_lock = trio.Lock()  # turns queue here, in trio
         self._use_lock = threading.Lock()  # the llama.cpp context, in threads
+        self._active_sink: worker.TokenSink | None = None  # the running turn's, if any
 
     @classmethod
     def load(
@@ -264,7 +263,11 @@ class LocalModel:
         return worker.turn_stages(self, self._turn_lock, ctx)
 
     def close(self) -> None:
-        """Free the model; waits for a running generation to end."""
+        """Free the model. A running generation is told to stop before its next token
+        (so this never waits on a consumer that is not reading), then freed."""
+        sink = self._active_sink
+        if sink is not None:
+            sink.stop_flag.set()
         with self._use_lock:
             self._backend.close()
             self._cached = []
@@ -284,19 +287,26 @@ class LocalModel:
         token, at ``max_tokens``, when the context is full, or when ``sink`` says so.
         """
         with self._use_lock:
-            prompt = self.tokenize_prompt(request)
-            fmt = self.output_format(request)
-            if len(prompt) > self.n_ctx:
-                raise ConfigurationError(
-                    f"the prompt has {len(prompt)} tokens but the context holds {self.n_ctx};"
-                    " load the model with a larger n_ctx"
-                )
-            thinking = request.thinking is not None and request.thinking.enabled
-            sink.start(worker.TurnStart(fmt, thinking))
-            usage = self._prefill(prompt, sink)
-            if usage is None:
-                return worker.TurnEnd(PromptCacheUsage(0, len(prompt)), 0, "cancelled")
-            return self._decode(request, fmt, usage, sink)
+            self._active_sink = sink
+            try:
+                return self._generate(request, sink)
+            finally:
+                self._active_sink = None
+
+    def _generate(self, request: UnifiedRequest, sink: worker.TokenSink) -> worker.TurnEnd:
+        prompt = self.tokenize_prompt(request)
+        fmt = self.output_format(request)
+        if len(prompt) > self.n_ctx:
+            raise ConfigurationError(
+                f"the prompt has {len(prompt)} tokens but the context holds {self.n_ctx};"
+                " load the model with a larger n_ctx"
+            )
+        thinking = request.thinking is not None and request.thinking.enabled
+        sink.start(worker.TurnStart(fmt, thinking))
+        usage = self._prefill(prompt, sink)
+        if usage is None:
+            return worker.TurnEnd(PromptCacheUsage(0, len(prompt)), 0, "cancelled")
+        return self._decode(request, fmt, usage, sink)
 
     def _prefill(self, prompt: list[int], sink: worker.TokenSink) -> PromptCacheUsage | None:
         """Make the cache hold ``prompt``, reusing its longest cached prefix.

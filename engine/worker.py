@@ -178,7 +178,7 @@ async def _run_turn(
     generator: Generator, request: UnifiedRequest, send: trio.MemorySendChannel[Any]
 ) -> TurnEnd:
     """Generate for ``request`` in a worker thread, relaying its pieces to ``send``."""
-    relay = _Relay()
+    relay = _Relay(RELAY_LIMIT)
     error: Exception | None = None
     end: TurnEnd | None = None
     async with trio.open_nursery() as nursery:

