@@ -11,6 +11,7 @@ needs (:meth:`ChatTemplate.output_format`) and what the model supports
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -30,7 +31,7 @@ from cuca.types import (
 )
 
 from .families import Family, detect_family, ends_in_reasoning, find_markers
-from .formats import Capabilities, OutputFormat
+from .formats import Capabilities, OutputFormat, ToolSyntax
 from .sandbox import ChatSandbox, Limits
 
 __all__ = ["ChatTemplate", "ToolArguments", "template_variables", "thinking_enabled"]
@@ -85,9 +86,27 @@ def _arguments(call: ToolCall) -> ToolArguments:
     return ToolArguments(_plain_json(dict(value), f"tool call {call.id} arguments"))
 
 
-def _tool_call(call: ToolCall) -> dict[str, Any]:
+IdMap = Callable[[str], str]
+
+
+def _same_id(call_id: str) -> str:
+    return call_id
+
+
+def mistral_call_id(call_id: str) -> str:
+    """A call id as Mistral's templates demand it: 9 alphanumeric characters.
+
+    Ids that already fit are kept; others (``call_`` + 16 hex from the engine, any
+    provider's) map to a stable digest, so a call and its result still match.
+    """
+    if len(call_id) == 9 and call_id.isascii() and call_id.isalnum():
+        return call_id
+    return hashlib.sha256(call_id.encode()).hexdigest()[:9]
+
+
+def _tool_call(call: ToolCall, ids: IdMap) -> dict[str, Any]:
     function = {"name": call.name, "arguments": _arguments(call)}
-    return {"id": call.id, "type": "function", "function": function}
+    return {"id": ids(call.id), "type": "function", "function": function}
 
 
 def _joined(blocks: tuple[Any, ...], kind: type[Text] | type[ToolResult]) -> str:
@@ -96,7 +115,7 @@ def _joined(blocks: tuple[Any, ...], kind: type[Text] | type[ToolResult]) -> str
     return "\n".join(b.text for b in blocks if isinstance(b, Text))
 
 
-def _message(index: int, message: UnifiedMessage) -> dict[str, Any]:
+def _message(index: int, message: UnifiedMessage, ids: IdMap) -> dict[str, Any]:
     if any(isinstance(block, ImageBase64) for block in message.content):
         raise ConfigurationError(f"the local engine is text only: message {index} has an image")
     role = message.role
@@ -105,14 +124,14 @@ def _message(index: int, message: UnifiedMessage) -> dict[str, Any]:
         out: dict[str, Any] = {"role": "tool", "content": _joined(message.content, ToolResult)}
         call_id = message.tool_call_id or (results[0].tool_call_id if results else None)
         if call_id is not None:
-            out["tool_call_id"] = call_id
+            out["tool_call_id"] = ids(call_id)
         if message.name is not None:
             out["name"] = message.name
         return out
     out = {"role": role.value, "content": _joined(message.content, Text)}
     if role is MessageRole.ASSISTANT:
         thinking = [b.text for b in message.content if isinstance(b, Thinking)]
-        calls = [_tool_call(b) for b in message.content if isinstance(b, ToolCall)]
+        calls = [_tool_call(b, ids) for b in message.content if isinstance(b, ToolCall)]
         if thinking:
             out["reasoning_content"] = "".join(thinking)
         if calls:
@@ -137,15 +156,17 @@ def template_variables(
     add_generation_prompt: bool = True,
     bos_token: str = "",
     eos_token: str = "",
+    call_ids: IdMap = _same_id,
 ) -> dict[str, Any]:
-    """The variables a chat template sees for ``request``.
+    """The variables a chat template sees for ``request``; ``call_ids`` rewrites tool
+    call ids for families that constrain them (Mistral).
 
     Raises :class:`~cuca.errors.ConfigurationError` for what the local engine cannot
     send: an image, or tool-call arguments that are not a JSON object.
     """
     thinking = thinking_enabled(request)
     variables: dict[str, Any] = {
-        "messages": [_message(i, m) for i, m in enumerate(request.messages)],
+        "messages": [_message(i, m, call_ids) for i, m in enumerate(request.messages)],
         "add_generation_prompt": add_generation_prompt,
         "bos_token": bos_token,
         "eos_token": eos_token,
@@ -231,6 +252,7 @@ class ChatTemplate:
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token,
             eos_token=self.eos_token,
+            call_ids=mistral_call_id if self.family.tool_syntax is ToolSyntax.MISTRAL else _same_id,
         )
         size = _text_size(variables)
         return self._sandbox.render_template(self._template, variables, input_chars=size)

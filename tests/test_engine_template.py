@@ -571,9 +571,18 @@ def test_template_gemma2_renders_without_system(corpus: dict[str, str]) -> None:
     "name",
     ["mistralai-Mistral-Nemo-Instruct-2407.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja"],
 )
-def test_template_mistral_rejects_long_tool_call_ids(corpus: dict[str, str], name: str) -> None:
-    with pytest.raises(TemplateError, match="alphanumeric strings with length 9"):
-        render(corpus[name], tool_chat("call_0123456789abcdef"))
+def test_template_mistral_gets_nine_character_call_ids(corpus: dict[str, str], name: str) -> None:
+    """Mistral's templates accept only 9 alphanumeric characters as a call id; the
+    engine's own ``call_`` + 16 hex ids map to a stable digest, call and result alike."""
+    from cuca.engine.template import mistral_call_id
+
+    long_id = "call_0123456789abcdef"
+    rendered = render(corpus[name], tool_chat(long_id))
+    short = mistral_call_id(long_id)
+    assert len(short) == 9 and short.isalnum()
+    assert long_id not in rendered
+    assert rendered.count(short) >= 2  # on the call and on its result
+    assert mistral_call_id("abcDEF123") == "abcDEF123"  # ids that fit are kept
 
 
 def test_template_kimi_appends_to_its_lists(corpus: dict[str, str]) -> None:
