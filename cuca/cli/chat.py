@@ -18,6 +18,7 @@ import trio
 
 from cuca.client import CucaClient
 from cuca.errors import ConfigurationError, CucaError
+from cuca.retry import RetryPolicy
 from cuca.types import ProviderEndpoint, UnifiedRequest
 
 from .config import EXIT_INTERRUPTED, EXIT_OK, ChatSettings, CliError, resolve_chat
@@ -56,12 +57,15 @@ def make_client(settings: ChatSettings, model: LocalModel | None = None) -> Cuca
 
         route = LlamaRoute(settings.route or LlamaRoute.CHAT.value)
         config = LlamaCppConfig(route=route, n_threads=settings.threads)
+    retry = None if settings.retries is None else RetryPolicy(max_retries=settings.retries)
     return CucaClient(
         settings.provider,
         base_url=settings.base_url,
         api_key=settings.api_key,
         provider_config=config,
         local_model=model,
+        timeout=settings.timeout,
+        retry=retry,
     )
 
 

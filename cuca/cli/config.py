@@ -63,7 +63,12 @@ _LOCAL_ONLY = {
     "ctx": "--ctx",
     "chat_template_file": "--chat-template-file",
 }
-_HTTP_ONLY = {"base_url": "--base-url", "api_key": "--api-key"}
+_HTTP_ONLY = {
+    "base_url": "--base-url",
+    "api_key": "--api-key",
+    "timeout": "--timeout",
+    "retries": "--retries",
+}
 
 
 class CliError(Exception):
@@ -100,6 +105,8 @@ class ChatSettings:
     ctx: int | None = None
     chat_template_file: Path | None = None
     json: bool = False
+    timeout: float | None = None
+    retries: int | None = None
 
     @property
     def is_local(self) -> bool:
@@ -233,4 +240,6 @@ def resolve_chat(
         ctx=args.ctx,
         chat_template_file=_path(args.chat_template_file),
         json=bool(args.json),
+        timeout=args.timeout,
+        retries=args.retries,
     )

@@ -71,6 +71,18 @@ def _add_chat(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     chat.add_argument("--think", choices=THINK_LEVELS, help="reasoning off, or an effort level")
     chat.add_argument("--route", choices=("chat", "completion"), help="llama.cpp route")
     chat.add_argument("--model-path", metavar="GGUF", help="a GGUF file (local provider)")
+    chat.add_argument(
+        "--timeout",
+        type=_number(float, 0.001, "a number of seconds"),
+        metavar="S",
+        help="connect/read/write timeout in seconds (HTTP providers; default: none)",
+    )
+    chat.add_argument(
+        "--retries",
+        type=_count(0),
+        metavar="N",
+        help="retries before the first byte of an answer (HTTP providers; default: 2)",
+    )
     chat.add_argument("--threads", type=_count(1), metavar="N", help="CPU threads")
     chat.add_argument("--ctx", type=_count(1), metavar="N", help="context size (local)")
     chat.add_argument(
