@@ -573,51 +573,11 @@ async def test_cli_console_script_runs_main() -> None:
 async def test_cli_retries_and_timeout_flags_reach_the_client() -> None:
     """``--retries 0`` gives up after one attempt; ``--timeout`` ends a stalled stream."""
     async with open_replay_server(Reply(b'{"error": {"message": "busy"}}', status=503)) as server:
-        result = await trio.run_process(
-            [
-                sys.executable,
-                "-m",
-                "cuca",
-                "chat",
-                "--provider",
-                "openai",
-                "--base-url",
-                server.url + "/v1",
-                "--api-key",
-                "sk-test",
-                "--retries",
-                "0",
-                "hi",
-            ],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-        assert result.returncode == 1
-        assert "http status 503: busy" in result.stderr.decode()
+        result = await cuca(*openai_args(server.url, "--retries", "0", "hi"))
+        assert_one_error_line(result, 1, "http status 503: busy")
         assert len(server.requests) == 1
     body = b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
     async with open_replay_server(Reply(body, stall_after=len(body))) as server:
-        result = await trio.run_process(
-            [
-                sys.executable,
-                "-m",
-                "cuca",
-                "chat",
-                "--provider",
-                "openai",
-                "--base-url",
-                server.url + "/v1",
-                "--api-key",
-                "sk-test",
-                "--timeout",
-                "0.5",
-                "hi",
-            ],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    assert result.returncode == 1
-    assert "timed out" in result.stderr.decode()
-    assert result.stdout.decode().startswith("Hel")
+        result = await cuca(*openai_args(server.url, "--timeout", "0.5", "hi"))
+    assert_one_error_line(result, 1, "timed out")
+    assert out(result).startswith("Hel")
