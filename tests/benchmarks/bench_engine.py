@@ -12,6 +12,8 @@ cache for another. Measured:
 * time to first token of a cold turn whose prompt is ~1,500 tokens, and of a warm second
   turn sharing that prefix (the first turn's answer included);
 * peak RSS of the process;
+* cuca's decode speed with 1 and 2 threads while another process spins one core (the
+  case the default ``n_threads=1`` is chosen for);
 * llama-server's own decode speed with ``-t 1``, when the binary is available.
 
 It prints a table and the ratios against the targets. Never part of the test suite;
@@ -240,6 +242,19 @@ def llama_server_decode(binary: str) -> dict[str, Any]:
 # -- the parent --------------------------------------------------------------------------
 
 
+def busy_machine_decode() -> dict[int, dict[str, Any]]:
+    """cuca's decode speed with 1 and 2 threads while another process keeps one core
+    busy: why ``n_threads`` defaults to 1 (a second thread waits for a core it cannot
+    get, and every token waits for that thread)."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        return {threads: run_child("cuca", "decode", threads) for threads in (1, 2)}
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def run_child(side: str, task: str, threads: int) -> dict[str, Any]:
     """One measurement in a fresh interpreter; its JSON result, or ``{"error": ...}``."""
     command = [sys.executable, __file__, "--child", side, task, str(threads)]
@@ -290,6 +305,7 @@ def main() -> None:
             results[side, "decode", threads] = run_child(side, "decode", threads)
     for side in SIDES:
         results[side, "ttft", 1] = run_child(side, "ttft", 1)
+    busy = busy_machine_decode()
     binary = llama_server_binary()
     server = llama_server_decode(binary) if binary else None
 
@@ -323,6 +339,12 @@ def main() -> None:
         print(
             f"llama-server -t 1: decode {server['decode_tps']:.2f} tok/s, peak RSS "
             f"{server['peak_rss_mb']:.0f} MB; cuca / llama-server decode: {versus}"
+        )
+    one, two = (busy[t].get("decode_tps") for t in (1, 2))
+    if isinstance(one, float) and isinstance(two, float):
+        print(
+            f"busy machine (another process spinning one core): cuca decode {one:.2f} tok/s"
+            f" with 1 thread (the default), {two:.2f} with 2: the default is {one / two:.2f}x"
         )
     for run, result in results.items():
         if "error" in result:
