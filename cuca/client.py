@@ -10,6 +10,7 @@ import attrs
 import httpx
 import trio
 
+from ._nursery import background_nursery
 from .errors import ConfigurationError, CucaError
 from .plugins import CucaPlugin
 from .retry import RetryPolicy
@@ -210,18 +211,10 @@ class CucaClient:
         pipeline = self.pipeline(ctx, stages, retry)
         send, receive = trio.open_memory_channel[Sequence[Any]](0)
         stream = ResponseStream(receive, ctx)
-        body_error: BaseException | None = None
         with receive:
-            async with trio.open_nursery() as nursery:
+            async with background_nursery() as nursery:
                 nursery.start_soon(self._run, pipeline, ctx, request, send)
-                try:
-                    yield stream
-                except BaseException as exc:  # re-raised below, outside the nursery
-                    body_error = exc
-                finally:
-                    nursery.cancel_scope.cancel()
-        if body_error is not None:
-            raise body_error
+                yield stream
 
     async def _run(self, pipeline: Pipeline, ctx: Any, request: UnifiedRequest, send: Any) -> None:
         total = self.timeouts.total

@@ -3,8 +3,8 @@
 A trio nursery wraps whatever its body raises in an ``ExceptionGroup``. The command
 wants the error of the work itself (a ``CucaError`` to print as one line, a
 ``KeyboardInterrupt``), so :func:`run_beside` runs the helpers as tasks and the work
-in the nursery's body, and re-raises the work's exception as it was, outside the
-nursery, the way ``CucaClient.generate_stream`` does.
+in the body of :func:`cuca._nursery.background_nursery`, which re-raises the work's
+exception as it was, outside the nursery (as ``CucaClient.generate_stream`` does).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import trio
+from cuca._nursery import background_nursery
 
 __all__ = ["run_beside"]
 
@@ -24,16 +24,7 @@ async def run_beside(
 ) -> T:
     """Await ``work()`` while ``helpers`` run; cancel the helpers once it returns or
     raises. Helpers must not raise (a helper's error would come out as a group)."""
-    error: BaseException | None = None
-    async with trio.open_nursery() as nursery:
+    async with background_nursery() as nursery:
         for helper in helpers:
             nursery.start_soon(helper)
-        try:
-            result = await work()
-        except BaseException as exc:  # re-raised below, outside the nursery
-            error = exc
-        finally:
-            nursery.cancel_scope.cancel()
-    if error is not None:
-        raise error
-    return result
+        return await work()

@@ -15,6 +15,8 @@ from http import HTTPStatus
 import h11
 import trio
 
+from cuca._nursery import background_nursery
+
 from ._reply import WRITE_SIZE, RecordedRequest, Reply, body_writes
 
 #: What `open_replay_server` accepts: one reply for every request, one reply per request in
@@ -114,17 +116,9 @@ async def open_replay_server(replies: Replies) -> AsyncIterator[ReplayServer]:
     choose = _chooser(replies)  # checked before a socket is opened
     (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
     server = ReplayServer(listener.socket.getsockname()[1], choose)
-    body_error: BaseException | None = None
-    async with trio.open_nursery() as nursery:
+    async with background_nursery() as nursery:
         nursery.start_soon(server._accept, listener, nursery)
-        try:
-            yield server
-        except BaseException as exc:
-            body_error = exc  # re-raised below, so that it is not wrapped in a group
-        finally:
-            nursery.cancel_scope.cancel()
-    if body_error is not None:
-        raise body_error
+        yield server
 
 
 def _chooser(replies: Replies) -> Callable[[int, RecordedRequest], Reply]:
@@ -135,13 +129,15 @@ def _chooser(replies: Replies) -> Callable[[int, RecordedRequest], Reply]:
         return lambda _index, request: replies(request)
     script = tuple(replies)
     if not script or not all(isinstance(reply, Reply) for reply in script):
-        raise TypeError(f"expected a Reply, a non-empty sequence of Replies or a function, "
-                        f"got {replies!r}")
+        raise TypeError(
+            f"expected a Reply, a non-empty sequence of Replies or a function, got {replies!r}"
+        )
     return lambda index, _request: script[min(index, len(script) - 1)]
 
 
-async def _receive_request(stream: trio.SocketStream, conn: h11.Connection
-                           ) -> RecordedRequest | None:
+async def _receive_request(
+    stream: trio.SocketStream, conn: h11.Connection
+) -> RecordedRequest | None:
     """Read one whole request; None when the client closed the connection between requests."""
     head: h11.Request | None = None
     body = bytearray()
@@ -189,8 +185,9 @@ async def _answer(stream: trio.SocketStream, conn: h11.Connection, reply: Reply)
     return complete
 
 
-async def _watch_peer(stream: trio.SocketStream, conn: h11.Connection,
-                      scope: trio.CancelScope) -> None:
+async def _watch_peer(
+    stream: trio.SocketStream, conn: h11.Connection, scope: trio.CancelScope
+) -> None:
     """Read the socket until the client hangs up, then cancel `scope`.
 
     Bytes that arrive meanwhile (a pipelined request) are handed to `conn` for later.
