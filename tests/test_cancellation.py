@@ -8,6 +8,7 @@ import trio
 import trio.lowlevel
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 from support.fake_adapter import FAKE
 
 from cuca import CucaClient, UnifiedRequest
@@ -39,7 +40,7 @@ class Stop(Exception):
     pass
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     how=st.sampled_from(["break", "raise", "cancel", "cancel_before"]),
     after_items=st.integers(0, 300),

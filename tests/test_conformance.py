@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import tracemalloc
 from typing import Any
 
 import pytest
 import trio
-from conformance.targets import TARGETS, Target, decode, normalized
-from hypothesis import HealthCheck, example, given, settings
+from conformance.targets import TARGETS, Target, decode
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support.budget import examples, offsets
 
 from cuca import (
     CucaError,
@@ -27,7 +27,8 @@ from cuca import (
     TransportError,
     merge_blocks,
 )
-from cuca.testing import Reply, chunk_sizes, open_replay_server
+from cuca.testing import Reply, open_replay_server
+from cuca.testing.conformance import CHECKS, check_adapter
 
 ids = [t.name for t in TARGETS]
 targets = pytest.mark.parametrize("target", TARGETS, ids=ids)
@@ -80,47 +81,25 @@ def test_conformance_truncation_at_every_offset(target: Target, name: str) -> No
             assert merge_blocks(blocks) == merge_blocks(full_blocks), (cut, "silently lost")
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
+# -- the public kit, over real HTTP ------------------------------------------------------
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
 @targets
-async def test_conformance_truncation_over_http(target: Target, data: st.DataObject) -> None:
-    """A connection cut mid-stream over real HTTP: the user gets every block decoded
-    before the cut, then a TransportError (or a clean end when the cut came after the
-    provider's last frame)."""
-    name = data.draw(st.sampled_from(list(target.transcripts)))
-    body = target.transcript(name)
-    cut = data.draw(st.integers(0, len(body) - 1))
-    full, _ = decode(target, [body])
-    async with open_replay_server(Reply(body, cut_after=cut)) as server:
-        async with target.client(server.url, retry=RetryPolicy.never()) as client:
-            items: list[Any] = []
-            with trio.fail_after(10):
-                try:
-                    async with client.generate_stream(target.request()) as stream:
-                        async for item in stream:
-                            items.append(item)
-                except CucaError:
-                    pass
-    blocks = [i for i in normalized(items) if not isinstance(i, CucaError)]
-    full_blocks = [i for i in full if not isinstance(i, CucaError)]
-    assert is_prefix(blocks, full_blocks)
-
-
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-@transcripts
-async def test_conformance_any_chunking_over_http_gives_the_same_items(
-    target: Target, name: str, data: st.DataObject
-) -> None:
-    body = target.transcript(name)
-    expected, _ = decode(target, [body])
-    sizes = data.draw(chunk_sizes(len(body), max_chunks=40))
-    async with open_replay_server(Reply(body, chunks=sizes)) as server:
-        async with target.client(server.url) as client:
-            async with client.generate_stream(target.request()) as stream:
-                items = [item async for item in stream]
-    assert normalized(items) == expected
-    assert stream.response is not None
+def test_conformance_kit(target: Target, check: str) -> None:
+    """Every built-in adapter through the public entry point, one check at a time: any
+    chunking gives the same blocks; a body cut anywhere gives a prefix, then a typed error
+    (never a clean end that lost blocks); a cut connection gives a TransportError; a stall
+    times out; error statuses, garbage and wrongly typed JSON give typed errors; a turn
+    dropped at any hop leaves no task, thread, descriptor or connection."""
+    check_adapter(
+        target.endpoint,
+        target.kit_transcripts(),
+        checks=[check],
+        max_examples=examples(10),
+        max_offsets=offsets(48),
+        **target.kit_options(),
+    )
 
 
 # -- 2. stalls -------------------------------------------------------------------------
@@ -220,7 +199,7 @@ def test_conformance_ten_megabyte_frame_keeps_memory_bounded(target: Target) -> 
     assert peak < 8 * len(big), f"peak {peak / 2**20:.0f} MiB for a 10 MiB frame"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.binary(max_size=300), cut=st.integers(0, 300))
 @targets
 def test_conformance_arbitrary_bytes_raise_only_cuca_errors(
@@ -230,7 +209,7 @@ def test_conformance_arbitrary_bytes_raise_only_cuca_errors(
     assert error is None or isinstance(error, CucaError), repr(error)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 @transcripts
 def test_conformance_arbitrary_chunking_never_changes_output(
@@ -276,31 +255,6 @@ def test_conformance_hostile_tool_arguments(target: Target, kind: str) -> None:
 
 
 # -- 5. cancellation, file descriptors -------------------------------------------------
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-@targets
-async def test_conformance_repeated_random_drops_leave_no_socket(target: Target) -> None:
-    body = target.transcript(target.transcripts[0])
-    frame = body[: frame_ends(body)[0]]
-    async with open_replay_server(Reply.endless(frame, delay=0.0005)) as server:
-        async with target.client(server.url) as client:
-            gc.collect()
-            before = open_fds()
-            for i in range(30):
-                with trio.move_on_after(0.001 * (i % 7)):
-                    async with client.generate_stream(target.request()) as stream:
-                        async for _ in stream:
-                            if i % 3 == 0:
-                                break
-            with trio.fail_after(5):
-                await server.wait_connections_closed()
-            gc.collect()
-            # the server's sockets are closed too; allow the pool's one idle connection
-            assert open_fds() <= before + 1
 
 
 # -- 10. secrets -----------------------------------------------------------------------
@@ -399,7 +353,7 @@ event_names = st.sampled_from(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(frames=st.lists(st.tuples(event_names, json_values), min_size=1, max_size=6))
 @example(frames=[("message", {"choices": [{"delta": "x"}]})])
 @example(frames=[("message", {"choices": 5})])

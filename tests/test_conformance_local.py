@@ -15,6 +15,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 
 from cuca import (
     CucaClient,
@@ -81,7 +82,7 @@ def parse(fmt: OutputFormat, pieces: list[str]) -> list[object]:
     return items + parser.close()
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=texts, cuts=st.lists(st.integers(0, 200), max_size=10))
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_conformance_local_any_output_gives_blocks_or_typed_errors(

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 
 from cuca.engine.formats import OutputFormat, ToolSyntax
 from cuca.engine.output import Item, OutputParser, format_markers, new_call_id
@@ -283,7 +284,7 @@ def text_and_split(draw: st.DrawFn) -> tuple[str, list[str]]:
     return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(fmt=st.sampled_from(FORMATS), case=text_and_split(), thinking=st.booleans())
 def test_output_any_split_gives_the_same_blocks(
     fmt: OutputFormat, case: tuple[str, list[str]], thinking: bool
@@ -299,7 +300,7 @@ def test_output_any_split_gives_the_same_blocks(
             assert not any(marker in item.text for marker in markers), item
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=text_and_split())
 def test_output_reasoning_spans_do_not_depend_on_the_split(case: tuple[str, list[str]]) -> None:
     text, pieces = case

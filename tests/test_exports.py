@@ -129,3 +129,21 @@ def test_exports_testing() -> None:
         "split_points",
         "feed_chunks",
     } <= names
+
+
+def test_exports_testing_conformance() -> None:
+    import cuca.testing.conformance as kit
+
+    assert {name for name in dir(kit) if not name.startswith("_")} == {
+        "ANY_ID",
+        "CHECKS",
+        "ConformanceError",
+        "Drop",
+        "Failure",
+        "Outcome",
+        "Subject",
+        "Transcript",
+        "check_adapter",
+        "conformance_test",
+        "run_turn",
+    }

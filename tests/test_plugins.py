@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support.fake_adapter import FAKE, frames
 
 from cuca import (
@@ -11,6 +12,7 @@ from cuca import (
     CucaClient,
     CucaPlugin,
     PluginError,
+    ProviderError,
     Text,
     UnifiedRequest,
     UnifiedResponse,
@@ -104,10 +106,10 @@ async def test_plugins_response_complete_not_called_after_fatal_error() -> None:
     log: list[str] = []
     async with open_replay_server(Reply(b"data: T a\n\ndata: F boom\n\n")) as server:
         async with CucaClient(FAKE, base_url=server.url, plugins=[Recorder("r", log)]) as client:
-            try:
+            with pytest.raises(ProviderError, match="boom") as caught:
                 async with client.generate_stream(REQUEST) as stream:
                     async for _ in stream:
                         pass
-            except Exception:
-                pass
-    assert "r:done" not in log
+    assert caught.value == ProviderError("fake", "boom")  # the fatal frame's own error
+    assert stream.response is None
+    assert log == ["r:request", "r:chunk"]  # the block before the error went through

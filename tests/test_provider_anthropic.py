@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 from support.transcripts import decode_chunks, transcript
 
 from cuca import (
@@ -452,7 +453,7 @@ def test_anthropic_decoder_non_json_frame_is_a_json_error() -> None:
     assert isinstance(decoded.error, JsonError)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), name=st.sampled_from(TRANSCRIPTS))
 def test_anthropic_decoder_any_chunking_gives_the_same_turn(data: st.DataObject, name: str) -> None:
     whole = decode(name)
@@ -513,7 +514,7 @@ def test_anthropic_decoder_matches_the_sdk_accumulator(name: str) -> None:
 # -- over HTTP -------------------------------------------------------------------------
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), name=st.sampled_from(COMPLETE))
 async def test_anthropic_over_http_at_random_chunk_boundaries(
     data: st.DataObject, name: str

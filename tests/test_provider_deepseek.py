@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 from support.transcripts import Decoded, decode_chunks, transcript
 
 from cuca import (
@@ -74,7 +75,7 @@ def request(**changes: Any) -> UnifiedRequest:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_deepseek_transcript_any_chunking(name: str, data: st.DataObject) -> None:
     chunks = data.draw(chunkings(transcript(name)))
@@ -82,7 +83,7 @@ def test_deepseek_transcript_any_chunking(name: str, data: st.DataObject) -> Non
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 async def test_deepseek_transcript_over_http(name: str, data: st.DataObject) -> None:
     body = transcript(name)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 from support.transcripts import decode_chunks, transcript
 
 from cuca import (
@@ -135,7 +136,7 @@ def test_deepseek_bridge_decodes_unsigned_thinking_and_tool_use() -> None:
     assert decoded.summary.finish_reason == "tool_use"
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(data=st.data())
 def test_deepseek_bridge_decoder_any_chunking(data: st.DataObject) -> None:
     chunks = data.draw(chunkings(transcript("anthropic/deepseek_bridge")))

@@ -13,6 +13,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 from support.transcripts import transcript
 
 from cuca import (
@@ -415,7 +416,7 @@ def test_gemini_decoder_lf_framing_works_too() -> None:
     assert decode_bytes([lf]) == decode("text_signature")
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), name=st.sampled_from(TRANSCRIPTS))
 def test_gemini_decoder_any_chunking_gives_the_same_turn(data: st.DataObject, name: str) -> None:
     chunks = data.draw(chunkings(transcript(f"gemini/{name}")))
@@ -485,7 +486,7 @@ def test_gemini_decoder_matches_google_genai(name: str) -> None:
 # -- over HTTP -------------------------------------------------------------------------
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), name=st.sampled_from(COMPLETE))
 async def test_gemini_over_http_at_random_chunk_boundaries(data: st.DataObject, name: str) -> None:
     raw = transcript(f"gemini/{name}")

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 from support.transcripts import decode_chunks, transcript
 
 from cuca import (
@@ -208,7 +209,7 @@ CHAT_EXPECTED: dict[str, tuple[list[Item], Any, Any, Any]] = {
 
 
 @pytest.mark.parametrize("name", sorted(CHAT_EXPECTED))
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(data=st.data())
 def test_llamacpp_chat_transcript_any_chunking(name: str, data: st.DataObject) -> None:
     chunks = data.draw(chunkings(transcript(name)))
@@ -283,7 +284,7 @@ def test_llamacpp_completion_flash_attn_false_not_sent() -> None:
 # -- completion route: frames --------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_llamacpp_completion_transcript_any_chunking(data: st.DataObject) -> None:
     decoder = CompletionDecoder()
@@ -352,7 +353,7 @@ async def run(config: LlamaCppConfig, reply: Reply, req: UnifiedRequest) -> tupl
         return items, error, stream.response, server.requests
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 async def test_llamacpp_completion_over_http(data: st.DataObject) -> None:
     body = transcript("llama_cpp/completion")
@@ -369,7 +370,7 @@ async def test_llamacpp_completion_over_http(data: st.DataObject) -> None:
     assert sent.json()["n_predict"] == 3
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 async def test_llamacpp_chat_over_http(data: st.DataObject) -> None:
     body = transcript("llama_cpp/chat_tool_call")

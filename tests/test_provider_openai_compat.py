@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 from support.transcripts import Decoded, decode_chunks, transcript
 
 from cuca import (
@@ -175,7 +176,7 @@ def test_decoder_transcript_in_one_chunk(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_decoder_transcript_any_chunking(name: str, data: st.DataObject) -> None:
     chunks = data.draw(chunkings(transcript(name)))
@@ -355,7 +356,7 @@ def test_decoder_eof_before_finish_is_transport_error() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if e[1] is None))
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(data=st.data())
 def test_decoder_cut_transcript_never_loses_silently(name: str, data: st.DataObject) -> None:
     body = transcript(name)
@@ -711,7 +712,7 @@ async def stream_over_http(
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 async def test_http_transcript_at_random_chunk_boundaries(name: str, data: st.DataObject) -> None:
     body = transcript(name)

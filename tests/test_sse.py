@@ -10,6 +10,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 
 from cuca.errors import SseParseError
 from cuca.stages.sse import STRAY_LINE, SseEvent, SseParser, sse_events
@@ -643,7 +644,7 @@ def data_frames(value: st.SearchStrategy[str]) -> st.SearchStrategy[bytes]:
 STREAMS = st.one_of(sse_stream(TEXT), data_frames(LINE_TEXT), data_frames(TEXT))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=STREAMS, data=st.data())
 def test_sse_any_chunking_matches_whole_and_reference(stream: bytes, data: st.DataObject) -> None:
     expected = reference_events(stream)
@@ -651,7 +652,7 @@ def test_sse_any_chunking_matches_whole_and_reference(stream: bytes, data: st.Da
     assert sse_events(data.draw(chunkings(stream))) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(stream=STREAMS, data=st.data())
 def test_sse_fast_path_matches_general_path(stream: bytes, data: st.DataObject) -> None:
     chunks = data.draw(chunkings(stream))
@@ -661,7 +662,7 @@ def test_sse_fast_path_matches_general_path(stream: bytes, data: st.DataObject) 
         assert sse_events(chunks) == fast == reference_events(stream)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(stream=STREAMS, data=st.data())
 def test_sse_byte_by_byte_matches_reference(stream: bytes, data: st.DataObject) -> None:
     assert sse_events(bytewise(stream)) == reference_events(stream)
@@ -685,7 +686,7 @@ def broken_streams(draw: st.DrawFn) -> tuple[bytes, int, int]:
     return stream, len(head), len(head) + len(before)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(broken=broken_streams(), data=st.data())
 def test_sse_invalid_utf8_gives_same_events_then_error_any_chunking(
     broken: tuple[bytes, int, int], data: st.DataObject

@@ -12,6 +12,7 @@ import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.budget import examples
 
 import cuca.testing
 from cuca.testing import RecordedRequest, Reply, chunk_sizes, open_replay_server
@@ -70,7 +71,7 @@ async def test_testing_replay_chunk_boundaries_on_the_wire() -> None:
     assert b"".join(chunks) == SSE
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(body=st.binary(max_size=300), data=st.data())
 async def test_testing_replay_any_chunk_sizes_on_the_wire(
     body: bytes, data: st.DataObject

@@ -16,9 +16,11 @@ import attrs
 from support.transcripts import decode_chunks, transcript
 
 from cuca import CucaClient, ProviderEndpoint
+from cuca.errors import CucaError
 from cuca.providers.base import ClientSettings, Item, ProviderAdapter
 from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
 from cuca.providers.registry import adapter_for
+from cuca.testing.conformance import ANY_ID, Transcript
 from cuca.types import ToolCall, UnifiedRequest
 
 
@@ -59,6 +61,30 @@ class Target:
 
     def transcript(self, name: str) -> bytes:
         return transcript(name)
+
+    def kit_transcripts(self) -> list[Transcript]:
+        """The transcripts with the blocks they decode to, for the public conformance kit.
+
+        The expected blocks come from feeding the whole transcript to the adapter's framer
+        and decoder in process (pinned to hand-written expectations by the provider tests);
+        the kit checks that every path over HTTP, under every fault, agrees with them.
+        """
+        kit = []
+        for name in self.transcripts:
+            items, _ = decode(self, [self.transcript(name)])
+            blocks = [_any_id(item) for item in items if not isinstance(item, CucaError)]
+            kit.append(Transcript(name, self.transcript(name), blocks))
+        return kit
+
+    def kit_options(self) -> dict[str, Any]:
+        """How `check_adapter` reaches this target on the replay server."""
+        return {
+            "path": self.suffix,
+            "api_key": self.api_key,
+            "provider_config": self.provider_config,
+            "end_marker": self.strict_end,
+            "error_body": self.error_body,
+        }
 
 
 def openai_error(status: int, message: str) -> bytes:
@@ -288,3 +314,10 @@ def normalized(items: list[Item]) -> list[Item]:
         else i
         for i in items
     ]
+
+
+def _any_id(item: Item) -> Item:
+    """A made-up tool call id (see `normalized`) matches any id in the kit."""
+    if isinstance(item, ToolCall) and item.id == "call_<synthetic>":
+        return attrs.evolve(item, id=ANY_ID)
+    return item
