@@ -6,7 +6,17 @@ async with CucaClient(provider=ProviderEndpoint.OPENAI, api_key=key) as client:
         async for item in stream:   # Text, Thinking, ToolCall, or a non-fatal CucaError
             ...
     print(stream.response.usage)
+
+``import cuca`` loads the core only: types, errors, the client and its stream. Names
+that live in heavier packages (the local engine with jinja2, the provider adapters)
+are imported the first time they are used: ``cuca.LocalModel`` loads the engine,
+``cuca.AnthropicConfig`` the Anthropic adapter. Type checkers and ``dir(cuca)`` see
+every name either way. To export a name lazily, add it to ``_LAZY`` and to the
+``TYPE_CHECKING`` block (a test checks that the two agree).
 """
+
+import importlib as _importlib
+import typing as _typing
 
 from .client import CucaClient as CucaClient
 from .client import ResponseFuture as ResponseFuture
@@ -16,9 +26,6 @@ from .convert import from_json as from_json
 from .convert import structure as structure
 from .convert import to_json as to_json
 from .convert import unstructure as unstructure
-from .engine import Capabilities as Capabilities
-from .engine import LocalModel as LocalModel
-from .engine import SamplingConfig as SamplingConfig
 from .errors import ConfigurationError as ConfigurationError
 from .errors import CucaError as CucaError
 from .errors import HttpStatusError as HttpStatusError
@@ -29,10 +36,6 @@ from .errors import SseParseError as SseParseError
 from .errors import TemplateError as TemplateError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
-from .providers.anthropic import AnthropicConfig as AnthropicConfig
-from .providers.llamacpp import LlamaCppConfig as LlamaCppConfig
-from .providers.llamacpp import LlamaRoute as LlamaRoute
-from .providers.registry import register_adapter as register_adapter
 from .retry import RetryPolicy as RetryPolicy
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
@@ -60,4 +63,39 @@ from .types import UnifiedMessage as UnifiedMessage
 from .types import UnifiedRequest as UnifiedRequest
 from .types import UnifiedResponse as UnifiedResponse
 
+if _typing.TYPE_CHECKING:
+    from .engine import Capabilities as Capabilities
+    from .engine import LocalModel as LocalModel
+    from .engine import SamplingConfig as SamplingConfig
+    from .providers.anthropic import AnthropicConfig as AnthropicConfig
+    from .providers.llamacpp import LlamaCppConfig as LlamaCppConfig
+    from .providers.llamacpp import LlamaRoute as LlamaRoute
+    from .providers.registry import register_adapter as register_adapter
+
+_LAZY: dict[str, str] = {
+    "Capabilities": "cuca.engine",
+    "LocalModel": "cuca.engine",
+    "SamplingConfig": "cuca.engine",
+    "AnthropicConfig": "cuca.providers.anthropic",
+    "LlamaCppConfig": "cuca.providers.llamacpp",
+    "LlamaRoute": "cuca.providers.llamacpp",
+    "register_adapter": "cuca.providers.registry",
+}
+"""Names resolved on first use: name -> the module that defines it."""
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """Import the module behind a lazy name on first use, then cache the name here."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Every public name, the lazy ones included."""
+    return sorted({*globals(), *_LAZY})

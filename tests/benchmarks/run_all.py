@@ -14,6 +14,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 RUNS = [
+    ("import time and first turn in a fresh process (issue: core)", ["bench_import.py"]),
     ("SSE parser throughput (issue: core)", ["bench_sse.py"]),
     (
         "pipeline overhead, 20,000 chunks (issue: core)",
