@@ -11,7 +11,7 @@ import httpx
 import trio
 
 from ._nursery import background_nursery
-from .errors import ConfigurationError, CucaError
+from .errors import ConfigurationError, CucaError, DeadlineExceeded
 from .plugins import CucaPlugin
 from .retry import RetryPolicy
 from .stream import Completion, ResponseStream, completion
@@ -263,8 +263,6 @@ class CucaClient:
 async def _deadline(seconds: float, ctx: Any, scope: trio.CancelScope) -> None:
     """Fail the turn once ``seconds`` have passed (the error is recorded before any
     stage closes its channel, so the consumer always sees it)."""
-    from cuca.errors import TransportError
-
     await trio.sleep(seconds)
-    ctx.fail(TransportError(f"timed out: the turn exceeded its {seconds} s deadline"))
+    ctx.fail(DeadlineExceeded(f"timed out: the turn exceeded its {seconds} s deadline"))
     scope.cancel()

@@ -5,7 +5,14 @@ Every error a turn can produce is a :class:`CucaError`::
     CucaError
     ├── ConfigurationError   the request or client cannot be dispatched as configured
     ├── TransportError       the connection failed, timed out or was cut
+    │   ├── ConnectError         no connection could be made (refused, DNS, connect timeout)
+    │   ├── ReadTimeout          the server went silent for longer than the read timeout
+    │   ├── StreamIncomplete     the body ended before the wire format's end marker
+    │   └── DeadlineExceeded     the turn ran past its ``Timeouts.total``
     ├── HttpStatusError      the server answered with a non-2xx status (status, body)
+    │   ├── AuthenticationError  401 or 403: the key is missing, wrong or not allowed
+    │   ├── RateLimitError       429; ``retry_after`` in seconds when the server said
+    │   └── ServerError          5xx: the server failed
     ├── SseParseError        the byte stream is not a valid event stream
     ├── JsonError            a frame that should hold JSON does not
     ├── ProviderError        the provider reported an error, or sent something unusable
@@ -21,15 +28,23 @@ No error ever carries request headers, so API keys cannot leak through ``repr``.
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationError",
     "ConfigurationError",
+    "ConnectError",
     "CucaError",
+    "DeadlineExceeded",
     "HttpStatusError",
     "JsonError",
     "PluginError",
     "ProviderError",
+    "RateLimitError",
+    "ReadTimeout",
+    "ServerError",
     "SseParseError",
+    "StreamIncomplete",
     "TemplateError",
     "TransportError",
+    "http_status_error",
 ]
 
 
@@ -67,11 +82,30 @@ class TransportError(CucaError):
     prefix = "transport error"
 
 
+class ConnectError(TransportError):
+    """No connection could be made: refused, unknown host, or the connect timeout."""
+
+
+class ReadTimeout(TransportError):
+    """The server sent nothing for longer than ``Timeouts.read`` (a stalled stream)."""
+
+
+class StreamIncomplete(TransportError):
+    """The response body ended (or the connection closed) before the wire format's end
+    marker: the turn is incomplete, and what arrived before is all there is."""
+
+
+class DeadlineExceeded(TransportError):
+    """The turn ran longer than its ``Timeouts.total`` deadline."""
+
+
 class HttpStatusError(CucaError):
     """The server answered with a non-2xx status.
 
     ``body`` is the response body as text; ``message`` is the vendor's own error text
-    when the adapter could find it in the body, else the body itself.
+    when the adapter could find it in the body, else the body itself. The common
+    statuses raise a subclass: :class:`AuthenticationError`, :class:`RateLimitError`,
+    :class:`ServerError`.
     """
 
     prefix = "http status error"
@@ -86,7 +120,39 @@ class HttpStatusError(CucaError):
         return f"http status {self.status}: {self.message}"
 
     def __repr__(self) -> str:
-        return f"HttpStatusError({self.status}, {self.body!r})"
+        return f"{type(self).__name__}({self.status}, {self.body!r})"
+
+
+class AuthenticationError(HttpStatusError):
+    """401 or 403: the API key is missing, wrong, or not allowed to do this."""
+
+
+class RateLimitError(HttpStatusError):
+    """429: too many requests. ``retry_after`` is the wait, in seconds, the server asked
+    for in its ``Retry-After`` header, or ``None`` when it did not say."""
+
+    def __init__(
+        self, status: int, body: str, message: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(status, body, message)
+        self.retry_after = retry_after
+
+
+class ServerError(HttpStatusError):
+    """5xx: the server failed (after the retry policy gave up)."""
+
+
+def http_status_error(
+    status: int, body: str, message: str | None = None, retry_after: float | None = None
+) -> HttpStatusError:
+    """The most specific :class:`HttpStatusError` for ``status``."""
+    if status in (401, 403):
+        return AuthenticationError(status, body, message)
+    if status == 429:
+        return RateLimitError(status, body, message, retry_after)
+    if 500 <= status < 600:
+        return ServerError(status, body, message)
+    return HttpStatusError(status, body, message)
 
 
 class SseParseError(CucaError):

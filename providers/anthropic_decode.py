@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from cuca.errors import ProviderError, TransportError
+from cuca.errors import ProviderError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -95,7 +95,7 @@ class AnthropicDecoder(StreamDecoder):
 
     def close(self) -> list[Item]:
         if not self.finished:
-            raise TransportError(f"{self.provider} stream ended before message_stop")
+            raise StreamIncomplete(f"{self.provider} stream ended before message_stop")
         return []
 
     def summary(self) -> TurnSummary:

@@ -78,7 +78,7 @@ class StreamDecoder(abc.ABC):
     ``feed`` returns the items an event produced (blocks, or ``CucaError`` instances for
     errors that do not end the turn) and raises a ``CucaError`` for one that does.
     ``close`` is called once when the byte stream ends: it returns what is still pending
-    and raises ``TransportError`` if the stream was cut before the turn was complete.
+    and raises ``StreamIncomplete`` if the stream was cut before the turn was complete.
     ``finished`` turns true once the provider's end marker arrived: the transport then
     stops reading.
     """

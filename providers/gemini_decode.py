@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from cuca.errors import ProviderError, TransportError
+from cuca.errors import ProviderError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -86,7 +86,7 @@ class GeminiDecoder(StreamDecoder):
 
     def close(self) -> list[Item]:
         if self._finish_reason is None:
-            raise TransportError("gemini stream ended before a finishReason")
+            raise StreamIncomplete("gemini stream ended before a finishReason")
         return []
 
     def summary(self) -> TurnSummary:

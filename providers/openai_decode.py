@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from cuca.errors import ProviderError, TransportError
+from cuca.errors import ProviderError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import PromptCacheUsage, Text, Thinking, TokenUsage, ToolCall, TurnSummary
 
@@ -208,7 +208,7 @@ class ChatCompletionsDecoder(StreamDecoder):
     def close(self) -> list[Item]:
         if self.finished or self._finish_reason is not None:
             return self._flush_calls()
-        raise TransportError("stream ended before the turn was complete")
+        raise StreamIncomplete("stream ended before the turn was complete")
 
     def summary(self) -> TurnSummary:
         return TurnSummary(self._usage, self._cache, self._finish_reason)

@@ -14,8 +14,15 @@ from typing import Any, cast
 import httpx
 import trio
 
-from cuca.errors import ConfigurationError, HttpStatusError, TransportError
-from cuca.retry import RetryPolicy
+from cuca.errors import (
+    ConfigurationError,
+    ConnectError,
+    ReadTimeout,
+    StreamIncomplete,
+    TransportError,
+    http_status_error,
+)
+from cuca.retry import RetryPolicy, parse_retry_after
 from cuca.types import UnifiedRequest
 
 from .context import Stage, TurnContext
@@ -47,8 +54,10 @@ def transport_stage(
 
     Failures before the first body byte (connection errors, 408/409/429/5xx) are
     retried per ``retry``; a non-2xx status that is not retried (or retried too often)
-    raises :class:`HttpStatusError` with the body and the vendor's own message; httpx
-    failures become :class:`TransportError`. Leaving (by cancellation or because
+    raises the :class:`~cuca.errors.HttpStatusError` of its kind with the body and the
+    vendor's own message; httpx failures become the :class:`TransportError` of their
+    kind (``ConnectError``, ``ReadTimeout``, ``StreamIncomplete`` for a body cut short).
+    Leaving (by cancellation or because
     downstream stopped listening) closes the response.
     """
     policy = retry if retry is not None else RetryPolicy()
@@ -91,11 +100,13 @@ async def _open(
         finally:
             await response.aclose()
         status = response.status_code
+        retry_after = response.headers.get("retry-after")
         if attempt < policy.max_retries and policy.retries_status(status):
-            await trio.sleep(policy.delay(attempt, response.headers.get("retry-after")))
+            await trio.sleep(policy.delay(attempt, retry_after))
             attempt += 1
             continue
-        raise HttpStatusError(status, text, error_text(status, text))
+        message = error_text(status, text)
+        raise http_status_error(status, text, message, parse_retry_after(retry_after))
 
 
 def _build(http: httpx.AsyncClient, request: WireRequest) -> httpx.Request:
@@ -142,16 +153,22 @@ async def _forward(response: httpx.Response, send: trio.MemorySendChannel[Any], 
             async for chunk in chunks:
                 await send.send([chunk])
     except httpx.HTTPError as exc:
-        raise _transport_error(exc, url) from exc
+        raise _transport_error(exc, url, streaming=True) from exc
     finally:
         await response.aclose()
 
 
-def _transport_error(exc: httpx.HTTPError, url: str) -> TransportError:
+def _transport_error(exc: httpx.HTTPError, url: str, streaming: bool = False) -> TransportError:
+    """The :class:`TransportError` of the right kind for an httpx failure; ``streaming``
+    says whether the response body had started."""
+    if isinstance(exc, httpx.ConnectError):
+        return ConnectError(f"{_describe(exc)} ({_safe_url(url)})")
     if isinstance(exc, httpx.TimeoutException):
-        return TransportError(f"timed out ({_describe(exc)})")
+        kinds = {httpx.ConnectTimeout: ConnectError, httpx.ReadTimeout: ReadTimeout}
+        return kinds.get(type(exc), TransportError)(f"timed out ({_describe(exc)})")
     if isinstance(exc, httpx.RemoteProtocolError):
-        return TransportError(f"connection closed mid-response ({_describe(exc)})")
+        kind = StreamIncomplete if streaming else TransportError
+        return kind(f"connection closed mid-response ({_describe(exc)})")
     if isinstance(exc, httpx.LocalProtocolError):  # its text may quote a header value
         return TransportError(f"{type(exc).__name__} ({_safe_url(url)})")
     return TransportError(f"{_describe(exc)} ({_safe_url(url)})")

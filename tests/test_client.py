@@ -9,12 +9,19 @@ import trio
 from support.fake_adapter import FAKE, frames
 
 from cuca import (
+    AuthenticationError,
+    ConnectError,
     CucaClient,
     CucaPlugin,
+    DeadlineExceeded,
     HttpStatusError,
     PluginError,
     ProviderError,
+    RateLimitError,
+    ReadTimeout,
     RetryPolicy,
+    ServerError,
+    StreamIncomplete,
     Text,
     TransportError,
     UnifiedRequest,
@@ -84,18 +91,21 @@ async def test_client_raises_fatal_error_after_earlier_items() -> None:
     assert items == [Text("a"), Text("b")]
 
 
-async def test_client_truncated_stream_is_a_transport_error() -> None:
+async def test_client_truncated_stream_is_stream_incomplete() -> None:
+    """A body that ends cleanly but before the end marker: the user can catch it as
+    StreamIncomplete (a TransportError)."""
     async with open_replay_server(Reply(frames("a", done=False))) as server:
         async with CucaClient(FAKE, base_url=server.url) as client:
-            with pytest.raises(TransportError, match="ended before"):
+            with pytest.raises(StreamIncomplete, match="ended before") as info:
                 await collect(client)
+    assert isinstance(info.value, TransportError)
 
 
-async def test_client_cut_connection_is_a_transport_error() -> None:
+async def test_client_cut_connection_is_stream_incomplete() -> None:
     body = frames("a", "b")
     async with open_replay_server(Reply(body, cut_after=12)) as server:
         async with CucaClient(FAKE, base_url=server.url) as client:
-            with pytest.raises(TransportError, match="connection closed mid-response"):
+            with pytest.raises(StreamIncomplete, match="connection closed mid-response"):
                 await collect(client)
 
 
@@ -114,28 +124,72 @@ async def test_client_http_status_error_carries_body_and_message() -> None:
     assert "sk-secret" not in repr(error) + str(error)
 
 
-async def test_client_unreachable_server_is_a_transport_error() -> None:
-    async with CucaClient(FAKE, base_url="http://127.0.0.1:9") as client:
-        with pytest.raises(TransportError, match="ConnectError"):
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [(401, AuthenticationError), (403, AuthenticationError), (503, ServerError), (404, None)],
+)
+async def test_client_http_status_errors_have_a_kind(status: int, kind: type | None) -> None:
+    """401/403 and 5xx are caught by kind; other statuses are a plain HttpStatusError."""
+    async with open_replay_server(Reply(b"no", status=status)) as server:
+        async with CucaClient(FAKE, base_url=server.url, retry=RetryPolicy.never()) as client:
+            with pytest.raises(HttpStatusError) as info:
+                await collect(client)
+    assert type(info.value) is (kind or HttpStatusError)
+    assert info.value.status == status
+    assert repr(info.value) == f"{type(info.value).__name__}({status}, 'no')"
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [("7", 7.0), ("0.5", 0.5), (None, None), ("soon", None)],
+)
+async def test_client_rate_limit_error_reads_retry_after(
+    header: str | None, seconds: float | None
+) -> None:
+    headers = [("retry-after", header)] if header is not None else []
+    async with open_replay_server(Reply(b"slow down", status=429, headers=headers)) as server:
+        async with CucaClient(FAKE, base_url=server.url, retry=RetryPolicy.never()) as client:
+            with pytest.raises(RateLimitError) as info:
+                await collect(client)
+    assert info.value.retry_after == seconds
+    assert info.value.status == 429
+
+
+async def test_client_rate_limit_error_reads_an_http_date() -> None:
+    headers = [("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]  # long past: no wait
+    async with open_replay_server(Reply(b"slow down", status=429, headers=headers)) as server:
+        async with CucaClient(FAKE, base_url=server.url, retry=RetryPolicy.never()) as client:
+            with pytest.raises(RateLimitError) as info:
+                await collect(client)
+    assert info.value.retry_after == 0.0
+
+
+async def test_client_unreachable_server_is_a_connect_error() -> None:
+    async with CucaClient(
+        FAKE, base_url="http://127.0.0.1:9", retry=RetryPolicy.never()
+    ) as client:
+        with pytest.raises(ConnectError, match="ConnectError") as info:
             await collect(client)
+    assert isinstance(info.value, TransportError)
 
 
-async def test_client_read_timeout_says_it_timed_out() -> None:
+async def test_client_stalled_read_is_a_read_timeout() -> None:
     async with open_replay_server(Reply(frames("a"), stall_after=10)) as server:
         async with CucaClient(FAKE, base_url=server.url, timeout=0.2) as client:
             with trio.fail_after(5):
-                with pytest.raises(TransportError, match="timed out"):
+                with pytest.raises(ReadTimeout, match="timed out"):
                     await collect(client)
 
 
-async def test_client_total_deadline_ends_the_turn() -> None:
+async def test_client_total_deadline_is_deadline_exceeded() -> None:
     from cuca import Timeouts
 
     async with open_replay_server(Reply.endless(b"data: T x\n\n", delay=0.01)) as server:
         async with CucaClient(FAKE, base_url=server.url, timeout=Timeouts(total=0.3)) as client:
             with trio.fail_after(5):
-                with pytest.raises(TransportError, match="deadline"):
+                with pytest.raises(DeadlineExceeded, match="deadline") as info:
                     await collect(client)
+    assert isinstance(info.value, TransportError)
 
 
 async def test_client_reuses_its_connection_pool() -> None:

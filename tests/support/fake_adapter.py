@@ -7,7 +7,7 @@ Frames: ``data: T <text>`` is a Text block, ``data: E <msg>`` a non-fatal error 
 
 from __future__ import annotations
 
-from cuca import ProviderEndpoint, ProviderError, Text, TransportError, TurnSummary
+from cuca import ProviderEndpoint, ProviderError, StreamIncomplete, Text, TurnSummary
 from cuca.providers.base import ClientSettings, HttpRequest, Item, ProviderAdapter, StreamDecoder
 from cuca.providers.registry import register_adapter
 from cuca.stages.sse import SseEvent
@@ -42,7 +42,7 @@ class FakeDecoder(StreamDecoder):
 
     def close(self) -> list[Item]:
         if not self.finished:
-            raise TransportError("stream ended before [DONE]")
+            raise StreamIncomplete("stream ended before [DONE]")
         return []
 
     def summary(self) -> TurnSummary:
