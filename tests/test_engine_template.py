@@ -506,7 +506,30 @@ REFUSES_TOOLS = {
 }
 
 
+# Templates that leave out part of a tool conversation, by design of the model's format.
+NO_TOOL_DEFINITIONS = {
+    # SmolLM3 lists tools from its own ``xml_tools``/``python_tools`` variables.
+    "HuggingFaceTB-SmolLM3-3B.jinja",
+    # The R1 distills and DeepSeek V3.1 render no tool list (V3.1 and the Qwen distill
+    # render the names of the tools called, not their descriptions).
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+    "deepseek-ai-DeepSeek-V3.1.jinja",
+    # No tool support at all: tool calls and results are dropped.
+    "llama-cpp-rwkv-world.jinja",
+    "microsoft-Phi-3.5-mini-instruct.jinja",
+}
+NO_TOOL_CALLS = NO_TOOL_DEFINITIONS - {
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+    "deepseek-ai-DeepSeek-V3.1.jinja",
+}
+NO_TOOL_RESULTS = {"llama-cpp-rwkv-world.jinja", "microsoft-Phi-3.5-mini-instruct.jinja"}
+
+
 def check(name: str, request: UnifiedRequest, refused: dict[str, str]) -> None:
+    """The template renders the conversation (or refuses it with its own reason): the last
+    user message, and for a tool conversation the tool's definition, the call and the
+    result, unless the model's format leaves them out (listed above)."""
     template = corpus_template(name)
     if name in refused:
         with pytest.raises(TemplateError, match=refused[name]):
@@ -515,6 +538,12 @@ def check(name: str, request: UnifiedRequest, refused: dict[str, str]) -> None:
     rendered = template.render(request)
     user_text = [m.text() for m in request.messages if m.role is MessageRole.USER][-1]
     assert user_text in rendered
+    if not request.tools:
+        return
+    definition = request.tools[0].description
+    assert (definition in rendered) is (name not in NO_TOOL_DEFINITIONS), "tool definition"
+    assert ("get_weather" in rendered) is (name not in NO_TOOL_CALLS), "tool call"
+    assert ("18C, sunny" in rendered) is (name not in NO_TOOL_RESULTS), "tool result"
 
 
 def test_template_corpus_is_complete(corpus: dict[str, str]) -> None:
@@ -545,15 +574,15 @@ FLAG_PARAMS = [p for p in corpus_params() if "firefunction" not in str(p)]
 
 @pytest.mark.parametrize("name", FLAG_PARAMS)
 def test_template_corpus_thinking_flag_reaches_readers_only(name: str) -> None:
-    # A template that reads enable_thinking renders differently with it; one that reads
-    # neither enable_thinking nor thinking renders the same prompt either way.
+    # A template that reads enable_thinking or thinking renders differently with it; one
+    # that reads neither renders the same prompt either way.
     template = corpus_template(name)
     request = UnifiedRequest.new("m").add_user_message("Hi")
     on = template.render(request.set_thinking(True))
     off = template.render(request.set_thinking(False))
-    if template.reads("enable_thinking"):
+    if template.reads("enable_thinking") or template.reads("thinking"):
         assert on != off
-    elif not template.reads("thinking"):
+    else:
         assert on == off
 
 
