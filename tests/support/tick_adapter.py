@@ -13,7 +13,7 @@ import json
 import threading
 from typing import Any
 
-from cuca import ProviderEndpoint, ProviderError, Text, ToolCall, TransportError, TurnSummary
+from cuca import ProviderEndpoint, ProviderError, StreamIncomplete, Text, ToolCall, TurnSummary
 from cuca.errors import SseParseError
 from cuca.providers.base import (
     ClientSettings,
@@ -124,7 +124,7 @@ class TickDecoder(StreamDecoder):
 
     def close(self) -> list[Item]:
         if not self.finished:
-            raise TransportError("the tick stream ended before its end line")
+            raise StreamIncomplete("the tick stream ended before its end line")
         return []
 
     def summary(self) -> TurnSummary:

@@ -12,12 +12,13 @@ listing every failure::
         check_adapter(ProviderEndpoint.custom("gw"), [Transcript("hello", BODY, [Text("Hi")])])
 
 The checks (`CHECKS`): the transcript decodes; any chunking gives the same blocks; a body
-cut at any offset gives a prefix of the blocks, then a typed error (a clean end only when
-nothing was lost); a connection closed mid-body gives a `TransportError`; a stall with a
-read timeout gives a timeout; every error status, JSON or HTML, gives an
-`HttpStatusError`; garbage and wrongly typed JSON give typed errors; a turn dropped at any
-hop leaves no task, thread, file descriptor or open connection. Hypothesis drives the
-searches and shrinks what it finds, so each failure comes with a small reproduction.
+cut at any offset gives a prefix of the blocks, then `StreamIncomplete` (or the wire's own
+error; a clean end only when nothing was lost); a connection closed mid-body gives
+`StreamIncomplete`; a stall with a read timeout gives `ReadTimeout`; every error status,
+JSON or HTML, gives the `HttpStatusError` of its kind; garbage and wrongly typed JSON give
+typed errors; a turn dropped at any hop leaves no task, thread, file descriptor or open
+connection. Hypothesis drives the searches and shrinks what it finds, so each failure
+comes with a small reproduction.
 
 Needs Hypothesis (``pip install 'cuca[testing]'``). See ``docs/testing.md``.
 """

@@ -15,7 +15,16 @@ from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
-from cuca.errors import CucaError, HttpStatusError, TransportError
+from cuca.errors import (
+    CucaError,
+    HttpStatusError,
+    JsonError,
+    ProviderError,
+    ReadTimeout,
+    SseParseError,
+    StreamIncomplete,
+    http_status_error,
+)
 from cuca.stream import merge_blocks
 
 from .._reply import Reply
@@ -148,11 +157,17 @@ def offsets(body: bytes, limit: int | None) -> list[int]:
     return sorted(chosen)
 
 
+TRUNCATION_ERRORS = (StreamIncomplete, JsonError, SseParseError, ProviderError)
+"""What a body cut short may end in: `StreamIncomplete`, or the wire's own error about the
+last, partial frame."""
+
+
 def check_truncation(
     subject: Subject, transcripts: Sequence[Transcript], budget: Budget
 ) -> list[Failure]:
     """A complete HTTP response whose body stops early: a prefix of the blocks, then a
-    typed error; a clean end only when nothing was lost (or the wire has no end marker)."""
+    `StreamIncomplete` (or the wire's own error about the partial frame); a clean end only
+    when nothing was lost (or at a frame boundary of a wire without an end marker)."""
     failures = []
     for transcript in transcripts:
         for cut in offsets(transcript.body, budget.max_offsets):
@@ -161,6 +176,9 @@ def check_truncation(
             if problem is None and outcome.error is None and subject.end_marker:
                 if not same_blocks(outcome.blocks, transcript.blocks):
                     problem = "a body cut before the end marker ended cleanly (blocks lost)"
+            if problem is None and outcome.error is not None:
+                if not isinstance(outcome.error, TRUNCATION_ERRORS):
+                    problem = f"a body cut short gave {outcome.describe()}, not StreamIncomplete"
             if problem:
                 code = f"run_turn(subject, Reply(<{transcript.name}>[:{cut}]))"
                 failures.append(
@@ -180,16 +198,16 @@ def _prefix(outcome: Outcome, transcript: Transcript) -> str | None:
 def check_cut_connection(
     subject: Subject, transcripts: Sequence[Transcript], budget: Budget
 ) -> list[Failure]:
-    """The connection closes mid-response: a prefix of the blocks, then a `TransportError`
+    """The connection closes mid-response: a prefix of the blocks, then `StreamIncomplete`
     (a clean end only if every block had arrived)."""
     failures = []
     for transcript in transcripts:
         for cut in offsets(transcript.body, budget.max_offsets):
             outcome = run_turn(subject, Reply(transcript.body, cut_after=cut))
             problem = _raw(outcome) or _prefix(outcome, transcript) or _leaked(outcome)
-            if problem is None and not isinstance(outcome.error, TransportError):
-                if not same_blocks(outcome.blocks, transcript.blocks):
-                    problem = f"a cut connection gave {outcome.describe()}, not a TransportError"
+            if problem is None and not isinstance(outcome.error, StreamIncomplete):
+                if outcome.error is not None or not same_blocks(outcome.blocks, transcript.blocks):
+                    problem = f"a cut connection gave {outcome.describe()}, not StreamIncomplete"
             if problem:
                 code = _reply_code(transcript, cut_after=cut)
                 case = f"connection closed after byte {cut}"
@@ -199,18 +217,16 @@ def check_cut_connection(
 
 
 def check_stall(subject: Subject, transcripts: Sequence[Transcript], _: Budget) -> list[Failure]:
-    """The server stops sending halfway: with a read timeout, a `TransportError` saying it
-    timed out, after a prefix of the blocks."""
+    """The server stops sending halfway: with a read timeout, a `ReadTimeout` after a
+    prefix of the blocks."""
     transcript = transcripts[0]
     half = len(transcript.body) // 2
     outcome = run_turn(
         subject, Reply(transcript.body, stall_after=half), read_timeout=STALL_TIMEOUT
     )
     problem = _raw(outcome) or _prefix(outcome, transcript) or _leaked(outcome)
-    if problem is None and not (
-        isinstance(outcome.error, TransportError) and "timed out" in str(outcome.error)
-    ):
-        problem = f"a stall gave {outcome.describe()}, not a TransportError that timed out"
+    if problem is None and not isinstance(outcome.error, ReadTimeout):
+        problem = f"a stall gave {outcome.describe()}, not a ReadTimeout"
     if problem is None:
         return []
     code = _reply_code(transcript, stall_after=half) + f" with read_timeout={STALL_TIMEOUT}"
@@ -220,8 +236,9 @@ def check_stall(subject: Subject, transcripts: Sequence[Transcript], _: Budget) 
 def check_http_status(
     subject: Subject, transcripts: Sequence[Transcript], _: Budget
 ) -> list[Failure]:
-    """Each error status, with the vendor's JSON body and with an HTML page: an
-    `HttpStatusError` with that status (and the vendor's message, when JSON)."""
+    """Each error status, with the vendor's JSON body and with an HTML page: the
+    `HttpStatusError` of its kind (`AuthenticationError` for 401 and 403, `RateLimitError`
+    for 429, `ServerError` for 5xx) with that status and the vendor's message."""
     failures = []
     for status in STATUSES:
         for kind in ("json", "html"):
@@ -246,8 +263,9 @@ def check_http_status(
 
 def _status(outcome: Outcome, status: int, message: str) -> str | None:
     error = outcome.error
-    if not isinstance(error, HttpStatusError) or error.status != status:
-        return f"status {status} gave {outcome.describe()}, not an HttpStatusError({status})"
+    kind = type(http_status_error(status, ""))
+    if type(error) is not kind or not isinstance(error, HttpStatusError) or error.status != status:
+        return f"status {status} gave {outcome.describe()}, not a {kind.__name__}({status})"
     if message not in str(error):
         return f"the vendor's message is not in the error: {error}"
     if outcome.blocks:
