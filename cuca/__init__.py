@@ -77,6 +77,8 @@ if _typing.TYPE_CHECKING:
     from .providers.anthropic import AnthropicConfig as AnthropicConfig
     from .providers.llamacpp import LlamaCppConfig as LlamaCppConfig
     from .providers.llamacpp import LlamaRoute as LlamaRoute
+    from .providers.openai_config import OpenAiApi as OpenAiApi
+    from .providers.openai_config import OpenAiConfig as OpenAiConfig
     from .providers.registry import register_adapter as register_adapter
 
 _LAZY: dict[str, str] = {
@@ -86,6 +88,8 @@ _LAZY: dict[str, str] = {
     "AnthropicConfig": "cuca.providers.anthropic",
     "LlamaCppConfig": "cuca.providers.llamacpp",
     "LlamaRoute": "cuca.providers.llamacpp",
+    "OpenAiApi": "cuca.providers.openai_config",
+    "OpenAiConfig": "cuca.providers.openai_config",
     "register_adapter": "cuca.providers.registry",
 }
 """Names resolved on first use: name -> the module that defines it."""

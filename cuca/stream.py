@@ -89,8 +89,8 @@ def merge_blocks(blocks: Sequence[Block]) -> tuple[Block, ...]:
     """Merge adjacent Text deltas and adjacent Thinking deltas into whole blocks.
 
     A delta carrying provider data (a signature) keeps it on the merged block; a new
-    signature after one was already set starts a new block, so two signed blocks are
-    never fused.
+    signature (or reasoning item id) after one was already set starts a new block, so
+    two signed blocks are never fused.
     """
     out: list[Block] = []
     for block in blocks:
@@ -101,10 +101,11 @@ def merge_blocks(blocks: Sequence[Block]) -> tuple[Block, ...]:
             isinstance(block, Thinking)
             and isinstance(last, Thinking)
             and last.signature is None
+            and last.id is None
             and not (last.redacted or block.redacted)
         ):
             provider = block.provider or last.provider
-            out[-1] = Thinking(last.text + block.text, block.signature, provider)
+            out[-1] = Thinking(last.text + block.text, block.signature, provider, id=block.id)
         else:
             out.append(block)
     return tuple(out)

@@ -151,12 +151,15 @@ class Thinking:
     signatures, Gemini thought signatures), ``provider`` the endpoint that issued it:
     a signed Thinking block is replayed only to that provider. ``redacted`` marks an
     Anthropic ``redacted_thinking`` block, whose encrypted payload rides in ``signature``.
+    ``id`` is the provider's id of the reasoning item (OpenAI's Responses API names each
+    one, and takes it back with its ``encrypted_content`` in ``signature``).
     """
 
     text: str
     signature: str | None = None
     provider: ProviderEndpoint | None = None
     redacted: bool = False
+    id: str | None = None
 
 
 @attrs.frozen

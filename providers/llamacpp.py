@@ -28,6 +28,7 @@ from .base import (
     loads_json,
 )
 from .openai_compat import DEFAULT_BASE_URLS, Dialect, OpenAiCompatAdapter, bearer_headers
+from .openai_config import OpenAiApi, OpenAiConfig
 from .openai_decode import chat_error_message, error_text
 
 __all__ = [
@@ -51,6 +52,8 @@ class LlamaRoute(enum.Enum):
     """``/v1/chat/completions``: messages, tools, reasoning and usage (the default)."""
     COMPLETION = "completion"
     """``/completion``: one prompt string in, raw text out; no tools, no reasoning."""
+    RESPONSES = "responses"
+    """``/v1/responses``: OpenAI's Responses API, as llama-server serves it."""
 
 
 @attrs.frozen
@@ -79,10 +82,14 @@ def _base_url(config: LlamaCppConfig, client_base_url: str | None) -> str:
 
 
 def make_llama_cpp(settings: ClientSettings) -> ProviderAdapter:
-    """The adapter for the route ``settings.provider_config`` selects (chat by default)."""
+    """The adapter for the route ``settings.provider_config`` selects (chat by default);
+    an ``OpenAiConfig`` picks the chat or Responses route the same way."""
     config = settings.provider_config
     if config is None:
         config = LlamaCppConfig()
+    elif isinstance(config, OpenAiConfig):
+        responses = config.api is OpenAiApi.RESPONSES
+        config = LlamaCppConfig(route=LlamaRoute.RESPONSES if responses else LlamaRoute.CHAT)
     elif not isinstance(config, LlamaCppConfig):
         raise ConfigurationError(f"llama_cpp takes a LlamaCppConfig, not {type(config).__name__}")
     base = _base_url(config, settings.base_url)
@@ -90,6 +97,10 @@ def make_llama_cpp(settings: ClientSettings) -> ProviderAdapter:
     if config.route is LlamaRoute.COMPLETION:
         return LlamaCompletionAdapter(f"{base}/completion", api_key, config)
     chat_base = base if base.endswith("/v1") else f"{base}/v1"
+    if config.route is LlamaRoute.RESPONSES:
+        from .openai_responses import ResponsesAdapter
+
+        return ResponsesAdapter(LLAMA_CPP, chat_base, api_key, model=config.model)
     return OpenAiCompatAdapter(LLAMA_CPP, chat_base, api_key, model=config.model)
 
 

@@ -32,6 +32,7 @@ from cuca.types import (
 )
 
 from .base import ClientSettings, HttpRequest, ProviderAdapter
+from .openai_config import wants_responses
 from .openai_decode import ChatCompletionsDecoder, chat_error_message, error_text
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "make_openai",
     "make_vllm",
     "reasoning_effort",
+    "require_key",
 ]
 
 REASONING_EFFORT: Mapping[ThinkingEffort, str] = {
@@ -229,6 +231,13 @@ def encode_body(dialect: Dialect, request: UnifiedRequest, model: str) -> dict[s
     return body
 
 
+def require_key(dialect: Dialect, url: str, api_key: str | None) -> None:
+    """Refuse, before any I/O, to call the vendor's own host without a key."""
+    key_host = dialect.key_host
+    if api_key is None and key_host and urlsplit(url).hostname == key_host:
+        raise ConfigurationError(f"{dialect.name} requires an API key at {key_host}")
+
+
 def bearer_headers(api_key: str | None) -> dict[str, str]:
     """JSON-in, event-stream-out headers, with a bearer token only when a key is set."""
     headers = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -256,9 +265,7 @@ class OpenAiCompatAdapter(ProviderAdapter):
         return f"OpenAiCompatAdapter({self.dialect.name}, url={self.url!r})"
 
     def encode(self, request: UnifiedRequest) -> HttpRequest:
-        key_host = self.dialect.key_host
-        if self._api_key is None and key_host and urlsplit(self.url).hostname == key_host:
-            raise ConfigurationError(f"{self.dialect.name} requires an API key at {key_host}")
+        require_key(self.dialect, self.url, self._api_key)
         body = encode_body(self.dialect, request, self._model or request.model)
         return HttpRequest(self.url, bearer_headers(self._api_key), body)
 
@@ -273,19 +280,26 @@ def _settings_base(settings: ClientSettings, default: str) -> str:
     return (settings.base_url or default).rstrip("/")
 
 
-def make_openai(settings: ClientSettings) -> OpenAiCompatAdapter:
+def _adapter(dialect: Dialect, settings: ClientSettings) -> ProviderAdapter:
+    """The chat adapter, or the Responses one when ``OpenAiConfig`` asks for it."""
+    base = _settings_base(settings, DEFAULT_BASE_URLS[dialect.endpoint.kind])
+    if wants_responses(settings.provider_config, dialect.name):
+        from .openai_responses import ResponsesAdapter
+
+        return ResponsesAdapter(dialect, base, settings.api_key)
+    return OpenAiCompatAdapter(dialect, base, settings.api_key)
+
+
+def make_openai(settings: ClientSettings) -> ProviderAdapter:
     """OpenAI at ``https://api.openai.com/v1`` (or any base URL that speaks its API)."""
-    base = _settings_base(settings, DEFAULT_BASE_URLS["openai"])
-    return OpenAiCompatAdapter(OPENAI, base, settings.api_key)
+    return _adapter(OPENAI, settings)
 
 
-def make_vllm(settings: ClientSettings) -> OpenAiCompatAdapter:
+def make_vllm(settings: ClientSettings) -> ProviderAdapter:
     """A vLLM server, by default at ``http://127.0.0.1:8000/v1``."""
-    base = _settings_base(settings, DEFAULT_BASE_URLS["vllm"])
-    return OpenAiCompatAdapter(VLLM, base, settings.api_key)
+    return _adapter(VLLM, settings)
 
 
-def make_lm_studio(settings: ClientSettings) -> OpenAiCompatAdapter:
+def make_lm_studio(settings: ClientSettings) -> ProviderAdapter:
     """LM Studio's server, by default at ``http://127.0.0.1:1234/v1``."""
-    base = _settings_base(settings, DEFAULT_BASE_URLS["lm_studio"])
-    return OpenAiCompatAdapter(LM_STUDIO, base, settings.api_key)
+    return _adapter(LM_STUDIO, settings)

@@ -31,6 +31,12 @@ def answer(request: RecordedRequest) -> Reply:
         roles = [m.get("role") for m in body.get("messages", [])]
         wants_call = body.get("tools") and "tool" not in roles
         return Reply(transcript("openai/tool_call" if wants_call else "openai/text"))
+    if path.endswith("/responses"):
+        body = request.json()
+        answered = any(i.get("type") == "function_call_output" for i in body["input"])
+        wants_call = body.get("tools") and not answered
+        name = "reasoning_two_tools" if wants_call else "final_answer"
+        return Reply(transcript(f"openai_responses/{name}"))
     if path.endswith("/messages"):
         return Reply(transcript("anthropic/thinking"))
     if ":streamGenerateContent" in path:

@@ -59,6 +59,8 @@ CUCA = {
     "LlamaRoute",
     "LocalModel",
     "MessageRole",
+    "OpenAiApi",
+    "OpenAiConfig",
     "OpenAiThinkingParams",
     "PluginError",
     "PromptCache",

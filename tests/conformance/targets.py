@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 from support.transcripts import decode_chunks, transcript
 
-from cuca import CucaClient, ProviderEndpoint
+from cuca import CucaClient, OpenAiApi, OpenAiConfig, ProviderEndpoint
 from cuca.errors import CucaError
 from cuca.providers.base import ClientSettings, Item, ProviderAdapter
 from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
@@ -188,6 +188,25 @@ def anthropic_tool_frames(arguments: str) -> bytes:
     )
 
 
+def responses_tool_frames(arguments: str) -> bytes:
+    call = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f"}
+    events = [
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**call, "arguments": ""},
+        },
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": arguments},
+        {
+            "type": "response.function_call_arguments.done",
+            "item_id": "fc_1",
+            "arguments": arguments,
+        },
+        {"type": "response.completed", "response": {"status": "completed", "usage": None}},
+    ]
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
 def gemini_tool_frames(arguments: str) -> bytes:
     frame = (
         '{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":'
@@ -197,6 +216,7 @@ def gemini_tool_frames(arguments: str) -> bytes:
     return f"data: {frame}\r\n\r\n".encode()
 
 
+RESPONSES = OpenAiConfig(api=OpenAiApi.RESPONSES)
 OPENAI_TEXT = ["openai/text", "openai/tool_call", "openai/parallel_tool_calls"]
 
 TARGETS = [
@@ -251,6 +271,40 @@ TARGETS = [
         api_key=None,
         provider_config=LlamaCppConfig(route=LlamaRoute.COMPLETION),
         strict_end=False,
+    ),
+    Target(
+        "openai_responses",
+        ProviderEndpoint.OPENAI,
+        [
+            "openai_responses/text",
+            "openai_responses/reasoning_two_tools",
+            "openai_responses/final_answer",
+            "openai_responses/incomplete",
+        ],
+        openai_error,
+        responses_tool_frames,
+        suffix="/v1",
+        provider_config=RESPONSES,
+    ),
+    Target(
+        "vllm_responses",
+        ProviderEndpoint.VLLM,
+        ["vllm_responses/reasoning_tool_call"],
+        openai_error,
+        responses_tool_frames,
+        suffix="/v1",
+        api_key=None,
+        provider_config=RESPONSES,
+    ),
+    Target(
+        "lm_studio_responses",
+        ProviderEndpoint.LM_STUDIO,
+        ["lm_studio_responses/reasoning"],
+        openai_error,
+        responses_tool_frames,
+        suffix="/v1",
+        api_key=None,
+        provider_config=RESPONSES,
     ),
     Target(
         "anthropic",
