@@ -9,6 +9,11 @@ server in a child process serves the same OpenAI transcript to four clients in t
 - LiteLLM (``litellm.acompletion(stream=True)`` under asyncio),
 - the floor: httpx streaming + httpx-sse + ``json.loads`` in a plain loop (under trio).
 
+The Responses route (``POST /v1/responses``) is measured in the same run: the server
+answers it with one transcript of as many ``response.output_text.delta`` events, read
+by cuca (``OpenAiConfig(api=OpenAiApi.RESPONSES)``) and by the SDK's
+``client.responses.create(stream=True)``.
+
 Each client streams the transcript ``REPEATS`` times after a warm-up; the best run is
 kept. CPU is this process's ``time.process_time`` (the server's CPU is not counted).
 Reported: text blocks per second (wall clock) and CPU milliseconds per 1,000 chunks,
@@ -59,13 +64,58 @@ def transcript(chunks: int = CHUNKS) -> bytes:
     return ("\n\n".join(frames) + "\n\n").encode()
 
 
+def responses_transcript(chunks: int = CHUNKS) -> bytes:
+    """``chunks`` ``response.output_text.delta`` events in OpenAI's shape (field names from
+    the SDK's ``types/responses/``), between the item events and ``response.completed``."""
+    rid, mid = "resp_68af4030592c81938ec0a5fbab4a3e9f", "msg_68af4032a6e88193a1a3ef3f2b3c0f41"
+    response: dict[str, Any] = {
+        "id": rid,
+        "object": "response",
+        "created_at": 1756315696,
+        "model": MODEL,
+        "status": "in_progress",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+    item = {"id": mid, "type": "message", "status": "in_progress", "role": "assistant"}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": response},
+        {"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
+    ]
+    where = {"item_id": mid, "output_index": 0, "content_index": 0}
+    for i in range(chunks):
+        delta = {"delta": WORDS[i % len(WORDS)], "logprobs": []}
+        events.append({"type": "response.output_text.delta", **where, **delta})
+    usage = {
+        "input_tokens": 12,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": chunks,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": chunks + 12,
+    }
+    done = {**response, "status": "completed", "usage": usage}
+    events.append({"type": "response.completed", "response": done})
+    frames = []
+    for n, event in enumerate(events):
+        data = json.dumps({**event, "sequence_number": n}, ensure_ascii=False)
+        frames.append(f"event: {event['type']}\ndata: {data}\n\n")
+    return "".join(frames).encode()
+
+
 # -- the server (child process) ------------------------------------------------------
 
 
 async def serve(chunks: int) -> None:
-    from cuca.testing import Reply, open_replay_server
+    from cuca.testing import RecordedRequest, Reply, open_replay_server
 
-    async with open_replay_server(Reply(body=transcript(chunks))) as server:
+    chat, responses = Reply(body=transcript(chunks)), Reply(body=responses_transcript(chunks))
+
+    def choose(request: RecordedRequest) -> Reply:
+        return responses if request.path.endswith("/responses") else chat
+
+    async with open_replay_server(choose) as server:
         print(server.url, flush=True)
         await trio.sleep_forever()
 
@@ -89,6 +139,22 @@ async def run_cuca(url: str) -> int:
     request = UnifiedRequest.new(MODEL).add_user_message("Say hello many times.")
     blocks = 0
     async with CucaClient(ProviderEndpoint.OPENAI, base_url=f"{url}/v1", api_key=API_KEY) as c:
+        async with c.generate_stream(request) as stream:
+            async for item in stream:
+                if isinstance(item, Text):
+                    blocks += 1
+    return blocks
+
+
+async def run_cuca_responses(url: str) -> int:
+    from cuca import CucaClient, OpenAiApi, OpenAiConfig, ProviderEndpoint, Text, UnifiedRequest
+
+    request = UnifiedRequest.new(MODEL).add_user_message("Say hello many times.")
+    config = OpenAiConfig(api=OpenAiApi.RESPONSES)
+    blocks = 0
+    async with CucaClient(
+        ProviderEndpoint.OPENAI, base_url=f"{url}/v1", api_key=API_KEY, provider_config=config
+    ) as c:
         async with c.generate_stream(request) as stream:
             async for item in stream:
                 if isinstance(item, Text):
@@ -131,6 +197,20 @@ async def run_openai(url: str) -> int:
     return blocks
 
 
+async def run_openai_responses(url: str) -> int:
+    from openai import AsyncOpenAI
+
+    blocks = 0
+    async with AsyncOpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0) as client:
+        stream = await client.responses.create(
+            model=MODEL, input="Say hello many times.", stream=True
+        )
+        async for event in stream:
+            if event.type == "response.output_text.delta" and event.delta:
+                blocks += 1
+    return blocks
+
+
 async def run_litellm(url: str) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
@@ -166,6 +246,8 @@ CLIENTS: list[tuple[str, Callable[[str], Awaitable[int]], Runner]] = [
     ("floor (httpx + httpx-sse + json)", run_floor, on_trio),
     ("openai SDK", run_openai, on_asyncio),
     ("LiteLLM", run_litellm, on_asyncio),
+    ("cuca (responses)", run_cuca_responses, on_trio),
+    ("openai SDK (responses)", run_openai_responses, on_asyncio),
 ]
 
 
@@ -205,18 +287,17 @@ def report(results: dict[str, dict[str, float]]) -> None:
         per_k[name] = r["cpu"] * 1000 / (CHUNKS / 1000)
         rate = r["blocks"] / r["wall"]
         print(f"{name:34} {int(r['blocks']):>7} {rate:>10,.0f} {per_k[name]:>17.2f}")
-    cuca = per_k.get("cuca")
-    if cuca is None:
-        return
     print()
     targets = [
-        ("openai SDK", "openai SDK CPU / cuca CPU", 3.0, True),
-        ("LiteLLM", "LiteLLM CPU / cuca CPU", 10.0, True),
-        ("floor (httpx + httpx-sse + json)", "cuca CPU / floor CPU", 2.0, False),
+        ("cuca", "openai SDK", "openai SDK CPU / cuca CPU", 3.0, True),
+        ("cuca", "LiteLLM", "LiteLLM CPU / cuca CPU", 10.0, True),
+        ("cuca", "floor (httpx + httpx-sse + json)", "cuca CPU / floor CPU", 2.0, False),
+        ("cuca (responses)", "openai SDK (responses)", "responses: SDK CPU / cuca CPU", 3.0, True),
     ]
-    for name, label, target, higher in targets:
-        if name not in per_k:
+    for ours, name, label, target, higher in targets:
+        if name not in per_k or ours not in per_k:
             continue
+        cuca = per_k[ours]
         ratio = per_k[name] / cuca if higher else cuca / per_k[name]
         ok = ratio >= target if higher else ratio <= target
         sign = ">=" if higher else "<="
