@@ -33,6 +33,7 @@ from .errors import CucaError as CucaError
 from .errors import DeadlineExceeded as DeadlineExceeded
 from .errors import HttpStatusError as HttpStatusError
 from .errors import JsonError as JsonError
+from .errors import OutputValidationError as OutputValidationError
 from .errors import PluginError as PluginError
 from .errors import ProviderError as ProviderError
 from .errors import RateLimitError as RateLimitError
@@ -53,6 +54,7 @@ from .types import GeminiThinkingParams as GeminiThinkingParams
 from .types import ImageBase64 as ImageBase64
 from .types import MessageRole as MessageRole
 from .types import OpenAiThinkingParams as OpenAiThinkingParams
+from .types import OutputSchema as OutputSchema
 from .types import PromptCache as PromptCache
 from .types import PromptCacheUsage as PromptCacheUsage
 from .types import ProviderEndpoint as ProviderEndpoint

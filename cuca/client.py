@@ -246,7 +246,8 @@ class CucaClient:
         stages: Sequence[Insertion] = (),
         retry: RetryPolicy | None = None,
     ) -> Completion:
-        """Run one turn to its end and collect it: deltas merged into whole blocks."""
+        """Run one turn to its end and collect it: deltas merged into whole blocks, and
+        the answer parsed when the request has an output schema."""
         blocks: list[Block] = []
         errors: list[CucaError] = []
         async with self.generate_stream(request, stages=stages, retry=retry) as stream:
@@ -257,7 +258,7 @@ class CucaClient:
                     blocks.append(item)
         response = stream.response
         assert response is not None  # a clean end always sets it
-        return completion(blocks, errors, response)
+        return completion(blocks, errors, response, request.output_schema)
 
 
 async def _deadline(seconds: float, ctx: Any, scope: trio.CancelScope) -> None:

@@ -17,6 +17,7 @@ Every error a turn can produce is a :class:`CucaError`::
     ├── JsonError            a frame that should hold JSON does not
     ├── ProviderError        the provider reported an error, or sent something unusable
     ├── PluginError          a plugin hook raised
+    ├── OutputValidationError  the answer does not fit the request's output schema (raw)
     └── TemplateError        a chat template is invalid, hostile or raised itself
 
 Errors that end a turn are raised from the stream's iteration; errors that do not
@@ -35,6 +36,7 @@ __all__ = [
     "DeadlineExceeded",
     "HttpStatusError",
     "JsonError",
+    "OutputValidationError",
     "PluginError",
     "ProviderError",
     "RateLimitError",
@@ -203,6 +205,25 @@ class PluginError(CucaError):
 
     def __repr__(self) -> str:
         return f"PluginError({self.plugin!r}, {self.message!r})"
+
+
+class OutputValidationError(CucaError):
+    """The answer to a request with an output schema is not JSON, does not validate
+    against the schema, or does not fit the class it came from.
+
+    ``raw`` is the answer's whole text, so nothing is lost; ``message`` says where it
+    failed. ``generate`` puts this error in :attr:`cuca.Completion.errors`.
+    """
+
+    prefix = "output validation error"
+
+    def __init__(self, message: str, raw: str) -> None:
+        super().__init__(message)
+        self.args = (message, raw)
+        self.raw = raw
+
+    def __repr__(self) -> str:
+        return f"OutputValidationError({self.message!r}, raw={self.raw[:200]!r})"
 
 
 class TemplateError(CucaError):

@@ -8,8 +8,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .errors import CucaError
-from .types import Block, MessageRole, Text, Thinking, UnifiedMessage, UnifiedResponse
+from .errors import CucaError, OutputValidationError
+from .types import (
+    Block,
+    MessageRole,
+    OutputSchema,
+    Text,
+    Thinking,
+    UnifiedMessage,
+    UnifiedResponse,
+)
 
 if TYPE_CHECKING:
     from cuca.stages.context import TurnContext
@@ -70,11 +78,18 @@ class ResponseStream:
 @attrs.frozen
 class Completion:
     """A whole turn, collected: the assistant message (deltas merged), the errors that
-    did not end the turn, and the terminal response."""
+    did not end the turn, and the terminal response.
+
+    ``parsed`` is the answer as a value when the request had an output schema (an
+    instance of its class, or plain JSON for a schema given as a dict), else ``None``;
+    an answer that does not fit is an ``OutputValidationError`` in ``errors`` instead,
+    carrying the raw text.
+    """
 
     message: UnifiedMessage
     errors: tuple[CucaError, ...]
     response: UnifiedResponse
+    parsed: Any = None
 
     @property
     def text(self) -> str:
@@ -112,7 +127,18 @@ def merge_blocks(blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 def completion(
-    blocks: Sequence[Block], errors: Sequence[CucaError], response: UnifiedResponse
+    blocks: Sequence[Block],
+    errors: Sequence[CucaError],
+    response: UnifiedResponse,
+    schema: OutputSchema | None = None,
 ) -> Completion:
     message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(blocks))
-    return Completion(message, tuple(errors), response)
+    if schema is None:
+        return Completion(message, tuple(errors), response)
+    from .structured import parse_output
+
+    try:
+        parsed = parse_output(schema, message.text())
+    except OutputValidationError as exc:
+        return Completion(message, (*errors, exc), response)
+    return Completion(message, tuple(errors), response, parsed)

@@ -21,6 +21,7 @@ __all__ = [
     "ImageBase64",
     "MessageRole",
     "OpenAiThinkingParams",
+    "OutputSchema",
     "PromptCache",
     "PromptCacheUsage",
     "ProviderEndpoint",
@@ -314,6 +315,22 @@ class PromptCache:
         return cls(system=True, tools=True, messages=(-1,))
 
 
+@attrs.frozen
+class OutputSchema:
+    """The shape the answer must have: a JSON Schema object and a name for it.
+
+    ``target`` is the attrs class or pydantic model the schema was derived from, if any:
+    :attr:`cuca.Completion.parsed` is then an instance of it. ``strict`` asks providers
+    that have the switch (OpenAI's ``strict: true``) to follow the schema exactly.
+    Build one with :meth:`UnifiedRequest.set_output_schema`.
+    """
+
+    name: str
+    schema: Mapping[str, Any] = attrs.field(hash=False)
+    target: type | None = attrs.field(default=None, eq=False, hash=False)
+    strict: bool = True
+
+
 def _messages(value: Iterable[UnifiedMessage]) -> tuple[UnifiedMessage, ...]:
     return tuple(value)
 
@@ -340,6 +357,7 @@ class UnifiedRequest:
     thinking: ThinkingConfig | None = None
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
     prompt_cache: PromptCache | None = None
+    output_schema: OutputSchema | None = None
 
     @classmethod
     def new(cls, model: str) -> UnifiedRequest:
@@ -402,6 +420,26 @@ class UnifiedRequest:
 
     def set_prompt_cache(self, prompt_cache: PromptCache | None) -> UnifiedRequest:
         return attrs.evolve(self, prompt_cache=prompt_cache)
+
+    def set_output_schema(
+        self,
+        schema: Mapping[str, Any] | type | OutputSchema | None,
+        *,
+        name: str | None = None,
+        strict: bool = True,
+    ) -> UnifiedRequest:
+        """Constrain the answer to a JSON Schema (see ``docs/structured-output.md``).
+
+        ``schema`` is a JSON Schema object, an attrs class or a pydantic model (its
+        schema is derived, and ``generate`` parses the answer into it), an
+        :class:`OutputSchema`, or ``None`` to remove the constraint. ``name`` defaults to
+        the class name, or ``"output"``.
+        """
+        if schema is None or isinstance(schema, OutputSchema):
+            return attrs.evolve(self, output_schema=schema)
+        from .structured import output_schema
+
+        return attrs.evolve(self, output_schema=output_schema(schema, name=name, strict=strict))
 
     def with_provider(self, provider: ProviderEndpoint) -> UnifiedRequest:
         return attrs.evolve(self, provider=provider)

@@ -40,6 +40,7 @@ from cuca.types import (
 
 from .anthropic_decode import AnthropicDecoder
 from .base import ClientSettings, HttpRequest, ProviderAdapter, StreamDecoder
+from .output_format import anthropic_format, refuse
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -186,9 +187,13 @@ class AnthropicAdapter(ProviderAdapter):
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if bridge:
+            refuse(self.dialect.name, request.output_schema)
             body.update(_bridge_thinking(request.thinking))
         else:
             body.update(_thinking(request.thinking, max_tokens))
+        if request.output_schema is not None:
+            output = body.setdefault("output_config", {})
+            output["format"] = anthropic_format(request.output_schema)
         body["stream"] = True
         return HttpRequest(self.url, self.headers, body)
 

@@ -10,6 +10,8 @@ The native route is the OpenAI-compatible adapter with DeepSeek's quirks (see
   ``deepseek-reasoner`` rejected it, so it is left out there.
 - Usage rides on the finish chunk, with ``prompt_cache_hit_tokens``; the shared decoder
   reads both.
+- Structured output is JSON mode only (``response_format: {"type": "json_object"}``): the
+  schema goes into a system message, and nothing on the server enforces it.
 
 A base URL ending in ``/anthropic`` selects the bridge, which speaks Anthropic Messages.
 """
@@ -28,6 +30,7 @@ DEEPSEEK = Dialect(
     thinking="mode",
     echo_reasoning="tool_turns",
     key_host="api.deepseek.com",
+    structured="json_object",
 )
 
 

@@ -37,6 +37,7 @@ from cuca.types import (
 
 from .base import ClientSettings, Framer, HttpRequest, ProviderAdapter, StreamDecoder
 from .gemini_decode import SYNTHETIC_ID, GeminiDecoder
+from .output_format import gemini_fields
 
 __all__ = ["GeminiAdapter", "GeminiFramer", "make_gemini"]
 
@@ -172,6 +173,8 @@ def _generation_config(request: UnifiedRequest) -> dict[str, Any]:
         config["maxOutputTokens"] = request.max_tokens
     if request.thinking is not None:
         config["thinkingConfig"] = _thinking_config(request.thinking)
+    if request.output_schema is not None:
+        config.update(gemini_fields(request.output_schema))
     return config
 
 

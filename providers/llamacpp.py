@@ -161,6 +161,8 @@ class LlamaCompletionAdapter(ProviderAdapter):
         if config.flash_attn:
             body["flash_attn"] = True
         body["model"] = config.model or request.model
+        if request.output_schema is not None:
+            body["json_schema"] = dict(request.output_schema.schema)
         return HttpRequest(self.url, bearer_headers(self._api_key), body)
 
     def new_decoder(self, request: UnifiedRequest) -> CompletionDecoder:

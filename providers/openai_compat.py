@@ -34,6 +34,7 @@ from cuca.types import (
 from .base import ClientSettings, HttpRequest, ProviderAdapter
 from .openai_config import wants_responses
 from .openai_decode import ChatCompletionsDecoder, chat_error_message, error_text
+from .output_format import chat_response_format, json_object_instruction
 
 __all__ = [
     "DEFAULT_BASE_URLS",
@@ -78,7 +79,9 @@ class Dialect:
     their Thinking back as ``reasoning_content``: ``"always"``, or ``"tool_turns"`` only.
     ``key_host`` is the vendor host that refuses anonymous calls: with no key, a request
     to it fails before any I/O; any other host (a proxy, a local server) is sent no
-    auth header.
+    auth header. ``structured`` is how an output schema is asked for: ``"json_schema"``
+    (``response_format`` with the schema) or ``"json_object"`` (JSON mode, the schema in
+    a system message).
     """
 
     endpoint: ProviderEndpoint
@@ -86,6 +89,7 @@ class Dialect:
     max_tokens_field: str = "max_tokens"
     echo_reasoning: Literal["always", "tool_turns"] = "always"
     key_host: str | None = None
+    structured: Literal["json_schema", "json_object"] = "json_schema"
 
     @property
     def name(self) -> str:
@@ -215,9 +219,10 @@ def _thinking_fields(dialect: Dialect, thinking: ThinkingConfig | None) -> dict[
 
 def encode_body(dialect: Dialect, request: UnifiedRequest, model: str) -> dict[str, Any]:
     """The JSON body of one streamed ``/chat/completions`` request."""
+    messages = encode_messages(request.messages, dialect.echo_reasoning)
     body: dict[str, Any] = {
         "model": model,
-        "messages": encode_messages(request.messages, dialect.echo_reasoning),
+        "messages": messages,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -228,6 +233,13 @@ def encode_body(dialect: Dialect, request: UnifiedRequest, model: str) -> dict[s
     body.update(_thinking_fields(dialect, request.thinking))
     if request.tools:
         body["tools"] = _encode_tools(request)
+    spec = request.output_schema
+    if spec is not None and dialect.structured == "json_object":
+        lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+        messages.insert(lead, {"role": "system", "content": json_object_instruction(spec)})
+        body["response_format"] = {"type": "json_object"}
+    elif spec is not None:
+        body["response_format"] = chat_response_format(spec)
     return body
 
 

@@ -44,6 +44,7 @@ from cuca.types import (
 from .base import HttpRequest, ProviderAdapter
 from .openai_compat import Dialect, bearer_headers, reasoning_effort, require_key
 from .openai_decode import chat_error_message
+from .output_format import responses_text_format
 from .responses_decode import ResponsesDecoder
 
 __all__ = ["ResponsesAdapter", "encode_input", "encode_responses_body"]
@@ -161,6 +162,8 @@ def encode_responses_body(
     reasoning = _reasoning(request.thinking)
     if reasoning is not None:
         body["reasoning"] = reasoning
+    if request.output_schema is not None:
+        body["text"] = responses_text_format(request.output_schema)
     if request.tools:
         body["tools"] = [_tool(t.name, t.description, dict(t.input_schema)) for t in request.tools]
     return body

@@ -13,6 +13,7 @@ def public(module: object) -> set[str]:
 
 SUBMODULES = {
     "client",
+    "structured",
     "convert",
     "errors",
     "plugins",
@@ -62,6 +63,8 @@ CUCA = {
     "OpenAiApi",
     "OpenAiConfig",
     "OpenAiThinkingParams",
+    "OutputSchema",
+    "OutputValidationError",
     "PluginError",
     "PromptCache",
     "PromptCacheUsage",
