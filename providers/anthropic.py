@@ -41,6 +41,7 @@ from cuca.types import (
 from .anthropic_decode import AnthropicDecoder
 from .base import ClientSettings, HttpRequest, ProviderAdapter, StreamDecoder
 from .output_format import anthropic_format, refuse
+from .whole_response import anthropic_events, for_request
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -194,11 +195,12 @@ class AnthropicAdapter(ProviderAdapter):
         if request.output_schema is not None:
             output = body.setdefault("output_config", {})
             output["format"] = anthropic_format(request.output_schema)
-        body["stream"] = True
+        body["stream"] = request.stream
         return HttpRequest(self.url, self.headers, body)
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
-        return AnthropicDecoder(self.dialect.endpoint, self.dialect.name)
+        decoder = AnthropicDecoder(self.dialect.endpoint, self.dialect.name)
+        return for_request(request, decoder, anthropic_events, self.dialect.name)
 
     def error_message(self, status: int, body: str) -> str | None:
         return error_message(body)

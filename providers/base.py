@@ -110,8 +110,11 @@ class ProviderAdapter(abc.ABC):
         """A fresh decoder for the response to ``request``."""
 
     def new_framer(self) -> Framer:
-        """How the response body is split into events: server-sent events by default."""
-        return SseParser()
+        """How the response body is split into events: server-sent events by default,
+        or one event holding a whole JSON body (a non-streamed turn)."""
+        from .whole_response import JsonOrSse
+
+        return JsonOrSse(SseParser())
 
     def error_message(self, status: int, body: str) -> str | None:
         """The vendor's own error text inside a non-2xx ``body``, if it can be found."""

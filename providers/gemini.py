@@ -38,6 +38,7 @@ from cuca.types import (
 from .base import ClientSettings, Framer, HttpRequest, ProviderAdapter, StreamDecoder
 from .gemini_decode import SYNTHETIC_ID, GeminiDecoder
 from .output_format import gemini_fields
+from .whole_response import JsonOrSse, for_request, gemini_events
 
 __all__ = ["GeminiAdapter", "GeminiFramer", "make_gemini"]
 
@@ -79,15 +80,16 @@ class GeminiAdapter(ProviderAdapter):
         if not self._api_key:
             raise ConfigurationError("gemini requires an api key")
         model = request.model.removeprefix("models/")
-        url = f"{self.base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
+        method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
+        url = f"{self.base_url}/v1beta/models/{model}:{method}"
         headers = {"x-goog-api-key": self._api_key, "content-type": "application/json"}
         return HttpRequest(url, headers, encode_body(request))
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
-        return GeminiDecoder()
+        return for_request(request, GeminiDecoder(), gemini_events, "gemini")
 
     def new_framer(self) -> Framer:
-        return GeminiFramer()
+        return JsonOrSse(GeminiFramer())
 
     def error_message(self, status: int, body: str) -> str | None:
         try:

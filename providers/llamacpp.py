@@ -30,6 +30,7 @@ from .base import (
 from .openai_compat import DEFAULT_BASE_URLS, Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_config import OpenAiApi, OpenAiConfig
 from .openai_decode import chat_error_message, error_text
+from .whole_response import completion_events, for_request
 
 __all__ = [
     "CompletionDecoder",
@@ -147,7 +148,7 @@ class LlamaCompletionAdapter(ProviderAdapter):
         config = self.config
         body: dict[str, Any] = {
             "prompt": completion_prompt(request),
-            "stream": True,
+            "stream": request.stream,
             "n_predict": request.max_tokens
             if request.max_tokens is not None
             else DEFAULT_N_PREDICT,
@@ -163,10 +164,10 @@ class LlamaCompletionAdapter(ProviderAdapter):
         body["model"] = config.model or request.model
         if request.output_schema is not None:
             body["json_schema"] = dict(request.output_schema.schema)
-        return HttpRequest(self.url, bearer_headers(self._api_key), body)
+        return HttpRequest(self.url, bearer_headers(self._api_key, request.stream), body)
 
-    def new_decoder(self, request: UnifiedRequest) -> CompletionDecoder:
-        return CompletionDecoder()
+    def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
+        return for_request(request, CompletionDecoder(), completion_events, _PROVIDER)
 
     def error_message(self, status: int, body: str) -> str | None:
         return chat_error_message(body)

@@ -31,10 +31,11 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .base import ClientSettings, HttpRequest, ProviderAdapter
+from .base import ClientSettings, HttpRequest, ProviderAdapter, StreamDecoder
 from .openai_config import wants_responses
 from .openai_decode import ChatCompletionsDecoder, chat_error_message, error_text
 from .output_format import chat_response_format, json_object_instruction
+from .whole_response import chat_events, for_request
 
 __all__ = [
     "DEFAULT_BASE_URLS",
@@ -218,14 +219,12 @@ def _thinking_fields(dialect: Dialect, thinking: ThinkingConfig | None) -> dict[
 
 
 def encode_body(dialect: Dialect, request: UnifiedRequest, model: str) -> dict[str, Any]:
-    """The JSON body of one streamed ``/chat/completions`` request."""
+    """The JSON body of one ``/chat/completions`` request (streamed unless
+    ``request.stream`` is false)."""
     messages = encode_messages(request.messages, dialect.echo_reasoning)
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body: dict[str, Any] = {"model": model, "messages": messages, "stream": request.stream}
+    if request.stream:
+        body["stream_options"] = {"include_usage": True}
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.max_tokens is not None:
@@ -250,9 +249,11 @@ def require_key(dialect: Dialect, url: str, api_key: str | None) -> None:
         raise ConfigurationError(f"{dialect.name} requires an API key at {key_host}")
 
 
-def bearer_headers(api_key: str | None) -> dict[str, str]:
-    """JSON-in, event-stream-out headers, with a bearer token only when a key is set."""
-    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+def bearer_headers(api_key: str | None, stream: bool = True) -> dict[str, str]:
+    """JSON-in, event-stream-out headers (JSON out when not ``stream``), with a bearer
+    token only when a key is set."""
+    accept = "text/event-stream" if stream else "application/json"
+    headers = {"content-type": "application/json", "accept": accept}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
     return headers
@@ -279,10 +280,11 @@ class OpenAiCompatAdapter(ProviderAdapter):
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         require_key(self.dialect, self.url, self._api_key)
         body = encode_body(self.dialect, request, self._model or request.model)
-        return HttpRequest(self.url, bearer_headers(self._api_key), body)
+        return HttpRequest(self.url, bearer_headers(self._api_key, request.stream), body)
 
-    def new_decoder(self, request: UnifiedRequest) -> ChatCompletionsDecoder:
-        return ChatCompletionsDecoder(self.dialect.name)
+    def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
+        decoder = ChatCompletionsDecoder(self.dialect.name)
+        return for_request(request, decoder, chat_events, self.dialect.name)
 
     def error_message(self, status: int, body: str) -> str | None:
         return chat_error_message(body)

@@ -41,11 +41,12 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .base import HttpRequest, ProviderAdapter
+from .base import HttpRequest, ProviderAdapter, StreamDecoder
 from .openai_compat import Dialect, bearer_headers, reasoning_effort, require_key
 from .openai_decode import chat_error_message
 from .output_format import responses_text_format
 from .responses_decode import ResponsesDecoder
+from .whole_response import for_request, responses_events
 
 __all__ = ["ResponsesAdapter", "encode_input", "encode_responses_body"]
 
@@ -149,9 +150,11 @@ def _reasoning(thinking: ThinkingConfig | None) -> dict[str, Any] | None:
 def encode_responses_body(
     request: UnifiedRequest, model: str, endpoint: ProviderEndpoint
 ) -> dict[str, Any]:
-    """The JSON body of one streamed ``/responses`` request to ``endpoint``."""
+    """The JSON body of one ``/responses`` request to ``endpoint`` (streamed unless
+    ``request.stream`` is false)."""
     instructions, items = encode_input(request, endpoint)
-    body: dict[str, Any] = {"model": model, "input": items, "stream": True, "store": False}
+    body: dict[str, Any] = {"model": model, "input": items, "stream": request.stream}
+    body["store"] = False
     body["include"] = ["reasoning.encrypted_content"]
     if instructions is not None:
         body["instructions"] = instructions
@@ -194,10 +197,11 @@ class ResponsesAdapter(ProviderAdapter):
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         require_key(self.dialect, self.url, self._api_key)
         body = encode_responses_body(request, self._model or request.model, self.endpoint)
-        return HttpRequest(self.url, bearer_headers(self._api_key), body)
+        return HttpRequest(self.url, bearer_headers(self._api_key, request.stream), body)
 
-    def new_decoder(self, request: UnifiedRequest) -> ResponsesDecoder:
-        return ResponsesDecoder(self.endpoint)
+    def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
+        decoder = ResponsesDecoder(self.endpoint)
+        return for_request(request, decoder, responses_events, self.dialect.name)
 
     def error_message(self, status: int, body: str) -> str | None:
         return chat_error_message(body)

@@ -1,0 +1,118 @@
+"""Non-streamed turns (``UnifiedRequest.stream = False``) on every HTTP adapter.
+
+Each case is a pair of transcripts of the same turn: the event stream under
+``tests/transcripts/`` and the single JSON response the vendor documents for a
+non-streaming call (``<name>.json``, checked here against the vendor SDK's own response
+type). Both go over loopback through the whole pipeline; the blocks, usage and finish
+reason must be equal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic.types
+import attrs
+import openai.types.chat
+import openai.types.responses
+import pytest
+from conformance.targets import BY_NAME, Target, normalized
+from google.genai import types as genai_types
+from support.transcripts import TRANSCRIPTS, transcript
+
+from cuca import (
+    JsonError,
+    ProviderError,
+    RetryPolicy,
+    merge_blocks,
+)
+from cuca.testing import Reply, open_replay_server
+
+JSON = [("content-type", "application/json")]
+
+# (conformance target, transcript, the SDK type of the non-streamed response)
+PAIRS: list[tuple[str, str, Any]] = [
+    ("openai", "openai/text", openai.types.chat.ChatCompletion),
+    ("openai", "openai/parallel_tool_calls", openai.types.chat.ChatCompletion),
+    ("vllm", "vllm/reasoning_tool_call", openai.types.chat.ChatCompletion),
+    ("lm_studio", "lm_studio/reasoning", openai.types.chat.ChatCompletion),
+    ("deepseek", "deepseek/reasoner", openai.types.chat.ChatCompletion),
+    ("anthropic", "anthropic/thinking_two_tools", anthropic.types.Message),
+    ("gemini", "gemini/thoughts_parallel_calls", genai_types.GenerateContentResponse),
+    ("openai_responses", "openai_responses/text", openai.types.responses.Response),
+    (
+        "openai_responses",
+        "openai_responses/reasoning_two_tools",
+        openai.types.responses.Response,
+    ),
+    ("vllm_responses", "vllm_responses/reasoning_tool_call", openai.types.responses.Response),
+    ("llama_cpp_completion", "llama_cpp/completion", None),  # no SDK: README's shape
+]
+ids = [f"{t}:{n}" for t, n, _ in PAIRS]
+TYPED = [pair for pair in PAIRS if pair[2] is not None]
+
+
+def whole(name: str) -> bytes:
+    return (TRANSCRIPTS / f"{name}.json").read_bytes()
+
+
+async def run(target: Target, reply: Reply, stream: bool) -> tuple[Any, Any]:
+    request = attrs.evolve(target.request(), stream=stream)
+    async with open_replay_server(reply) as server:
+        async with target.client(server.url, retry=RetryPolicy.never()) as client:
+            done = await client.generate(request)
+        [sent] = server.requests
+    return done, sent
+
+
+@pytest.mark.parametrize("target_name,name,sdk_type", TYPED, ids=[f"{t}:{n}" for t, n, _ in TYPED])
+def test_non_streamed_response_validates_against_the_vendor_sdk_type(
+    target_name: str, name: str, sdk_type: Any
+) -> None:
+    document = json.loads(whole(name))
+    if target_name == "vllm_responses":
+        # vLLM builds on an older SDK whose input_tokens_details has no
+        # cache_write_tokens (the current SDK requires it)
+        document["usage"]["input_tokens_details"]["cache_write_tokens"] = 0
+    sdk_type.model_validate(document)
+
+
+@pytest.mark.parametrize("target_name,name,sdk_type", PAIRS, ids=ids)
+async def test_non_streamed_turn_equals_the_streamed_turn(
+    target_name: str, name: str, sdk_type: Any
+) -> None:
+    target = BY_NAME[target_name]
+    streamed, streamed_sent = await run(target, Reply(transcript(name)), stream=True)
+    single, sent = await run(target, Reply(whole(name), headers=JSON), stream=False)
+    assert normalized(list(single.blocks)) == normalized(list(merge_blocks(streamed.blocks)))
+    assert single.errors == streamed.errors == ()
+    assert single.response == streamed.response
+    body = sent.json()
+    assert body.get("stream") in (False, None)
+    assert "stream_options" not in body
+    assert "stream" not in sent.path and "alt=sse" not in sent.path
+    assert streamed_sent.json().get("stream") in (True, None)
+
+
+async def test_non_streamed_gemini_calls_generate_content() -> None:
+    target = BY_NAME["gemini"]
+    name = "gemini/thoughts_parallel_calls"
+    _, sent = await run(target, Reply(whole(name), headers=JSON), stream=False)
+    assert sent.path.endswith(":generateContent")
+
+
+async def test_non_streamed_error_document_is_a_provider_error() -> None:
+    """A 200 whose JSON body is ``{"error": ...}``: the user gets the vendor's message."""
+    body = json.dumps({"error": {"message": "model overloaded", "type": "server_error"}})
+    with pytest.raises(ProviderError, match="model overloaded"):
+        await run(BY_NAME["openai"], Reply(body.encode(), headers=JSON), stream=False)
+
+
+async def test_non_streamed_truncated_json_is_a_json_error() -> None:
+    """A body that stops mid-document (the server closed it early): a JsonError naming
+    the provider, not a half-decoded turn."""
+    body = whole("openai/parallel_tool_calls")
+    reply = Reply(body[: len(body) // 2], headers=JSON)
+    with pytest.raises(JsonError, match="openai sent a frame that is not JSON"):
+        await run(BY_NAME["openai"], reply, stream=False)
