@@ -393,6 +393,10 @@ class UnifiedRequest:
     def set_max_tokens(self, max_tokens: int | None) -> UnifiedRequest:
         return attrs.evolve(self, max_tokens=max_tokens)
 
+    def set_stream(self, stream: bool) -> UnifiedRequest:
+        """Stream the answer (the default), or ask for one non-streamed response."""
+        return attrs.evolve(self, stream=stream)
+
     def set_temperature(self, temperature: float | None) -> UnifiedRequest:
         return attrs.evolve(self, temperature=temperature)
 

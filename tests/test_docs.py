@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from support.transcripts import transcript
+from support.transcripts import TRANSCRIPTS, transcript
 
 from cuca.testing import RecordedRequest, Reply, open_replay_server
 
@@ -28,6 +28,11 @@ def answer(request: RecordedRequest) -> Reply:
     path = request.path
     if path.endswith("/chat/completions"):
         body = request.json()
+        if body.get("stream") is False:
+            whole = (TRANSCRIPTS / "openai/text.json").read_bytes()
+            return Reply(whole, headers=[("content-type", "application/json")])
+        if body.get("response_format"):
+            return Reply(transcript("openai/structured"))
         roles = [m.get("role") for m in body.get("messages", [])]
         wants_call = body.get("tools") and "tool" not in roles
         return Reply(transcript("openai/tool_call" if wants_call else "openai/text"))

@@ -13,7 +13,6 @@ import json
 from typing import Any
 
 import anthropic.types
-import attrs
 import openai.types.chat
 import openai.types.responses
 import pytest
@@ -58,7 +57,7 @@ def whole(name: str) -> bytes:
 
 
 async def run(target: Target, reply: Reply, stream: bool) -> tuple[Any, Any]:
-    request = attrs.evolve(target.request(), stream=stream)
+    request = target.request().set_stream(stream)
     async with open_replay_server(reply) as server:
         async with target.client(server.url, retry=RetryPolicy.never()) as client:
             done = await client.generate(request)
