@@ -219,17 +219,30 @@ class LlamaBackend:
         """Empty the K/V cache."""
         self._ll.llama_memory_clear(self._memory, True)
 
-    def sampler(self, steps: Sequence[SamplerStep]) -> Sampler:
-        """A fresh sampler chain for one generation."""
-        return Sampler(self._ll, self._ctx, steps)
+    def sampler(self, steps: Sequence[SamplerStep], grammar: str | None = None) -> Sampler:
+        """A fresh sampler chain for one generation, led by ``grammar`` (GBNF) if set."""
+        return Sampler(self._ll, self._ctx, steps, (self._vocab, grammar) if grammar else None)
 
 
 class Sampler:
     """A llama.cpp sampler chain; keep one per generation so its RNG state advances."""
 
-    def __init__(self, ll: ModuleType, ctx: Any, steps: Sequence[SamplerStep]) -> None:
+    def __init__(
+        self,
+        ll: ModuleType,
+        ctx: Any,
+        steps: Sequence[SamplerStep],
+        grammar: tuple[Any, str] | None = None,
+    ) -> None:
         self._ll, self._ctx = ll, ctx
         self._chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        if grammar is not None:  # first: mask what leaves the grammar before any draw
+            vocab, gbnf = grammar
+            constrain = ll.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+            if not constrain:
+                self.close()
+                raise ConfigurationError("llama.cpp rejected the grammar built from the schema")
+            ll.llama_sampler_chain_add(self._chain, constrain)
         for step in steps:
             ll.llama_sampler_chain_add(self._chain, self._make(step))
 

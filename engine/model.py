@@ -26,6 +26,7 @@ from cuca.types import ImageBase64, PromptCacheUsage, UnifiedRequest
 from . import worker
 from .backend import DECODE_ABORTED, LlamaBackend
 from .formats import Capabilities, OutputFormat
+from .grammar import gbnf_for
 from .output import format_markers
 from .prefix import plan_reuse
 from .prompt import PromptGuard
@@ -301,12 +302,13 @@ class LocalModel:
                 f"the prompt has {len(prompt)} tokens but the context holds {self.n_ctx};"
                 " load the model with a larger n_ctx"
             )
+        grammar = gbnf_for(request.output_schema)  # before the turn starts
         thinking = request.thinking is not None and request.thinking.enabled
         sink.start(worker.TurnStart(fmt, thinking))
         usage = self._prefill(prompt, sink)
         if usage is None:
             return worker.TurnEnd(PromptCacheUsage(0, len(prompt)), 0, "cancelled")
-        return self._decode(request, fmt, usage, sink)
+        return self._decode(request, fmt, usage, sink, grammar)
 
     def _prefill(self, prompt: list[int], sink: worker.TokenSink) -> PromptCacheUsage | None:
         """Make the cache hold ``prompt``, reusing its longest cached prefix.
@@ -343,6 +345,7 @@ class LocalModel:
         fmt: OutputFormat,
         usage: PromptCacheUsage,
         sink: worker.TokenSink,
+        grammar: str | None = None,
     ) -> worker.TurnEnd:
         backend = self._backend
         # control tokens that belong to the format's markers stay visible to the output
@@ -357,7 +360,7 @@ class LocalModel:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         limit = request.max_tokens
         count, reason = 0, "length"
-        with backend.sampler(self.sampling.steps(request.temperature)) as sampler:
+        with backend.sampler(self.sampling.steps(request.temperature), grammar) as sampler:
             while limit is None or count < limit:
                 if sink.stopped():
                     reason = "cancelled"
