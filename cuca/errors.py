@@ -17,7 +17,7 @@ Every error a turn can produce is a :class:`CucaError`::
     ├── JsonError            a frame that should hold JSON does not
     ├── ProviderError        the provider reported an error, or sent something unusable
     ├── PluginError          a plugin hook raised
-    ├── OutputValidationError  the answer does not fit the request's output schema (raw)
+    ├── OutputValidationError the answer does not fit the request's output schema
     └── TemplateError        a chat template is invalid, hostile or raised itself
 
 Errors that end a turn are raised from the stream's iteration; errors that do not

@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from cuca.errors import ProviderError, TransportError
+from cuca.errors import ProviderError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -113,7 +113,7 @@ class ResponsesDecoder(StreamDecoder):
     def close(self) -> list[Item]:
         if self.finished:
             return []
-        raise TransportError("stream ended before the turn was complete")
+        raise StreamIncomplete("stream ended before the turn was complete")
 
     def summary(self) -> TurnSummary:
         return TurnSummary(self._usage, self._cache, self._finish_reason)

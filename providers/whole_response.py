@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cuca.errors import ProviderError, SseParseError, TransportError
+from cuca.errors import ProviderError, SseParseError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import TurnSummary, UnifiedRequest
 
@@ -128,7 +128,7 @@ class WholeResponseDecoder(StreamDecoder):
 
     def close(self) -> list[Item]:
         if not self.finished:
-            raise TransportError("the response ended before its JSON body was complete")
+            raise StreamIncomplete("the response ended before its JSON body was complete")
         return []
 
     def summary(self) -> TurnSummary:

@@ -64,6 +64,11 @@ def test_imports_an_openai_turn_loads_only_its_adapter() -> None:
         "cuca.providers.openai_compat",
         "cuca.providers.openai_decode",
         "cuca.providers.decoding",
+        # small helpers every OpenAI-shaped adapter uses: which API, structured output,
+        # non-streamed responses
+        "cuca.providers.openai_config",
+        "cuca.providers.output_format",
+        "cuca.providers.whole_response",
     }
 
 

@@ -29,12 +29,12 @@ from cuca import (
     PromptCacheUsage,
     ProviderEndpoint,
     ProviderError,
+    StreamIncomplete,
     Text,
     Thinking,
     ThinkingEffort,
     TokenUsage,
     ToolCall,
-    TransportError,
     UnifiedRequest,
     merge_blocks,
 )
@@ -267,7 +267,7 @@ def test_responses_cut_before_the_end_is_a_transport_error() -> None:
     body = transcript("openai_responses/text")
     cut = body.index(b"event: response.completed")
     items, error, _ = decode([body[:cut]])
-    assert isinstance(error, TransportError)
+    assert isinstance(error, StreamIncomplete)
     assert merged(items) == [Text("Hello! How can I help you today? 日本 ü")]
 
 
