@@ -266,7 +266,7 @@ async def test_cli_http_error_shows_the_vendors_message() -> None:
         as_json = await cuca(*openai_args(server.url, "--json", "hi"))
     assert_one_error_line(result, 1, "http status 401: Incorrect API key provided: sk-test***.")
     (record,) = [json.loads(line) for line in out(as_json).splitlines()]
-    assert record["value"]["kind"] == "HttpStatusError"
+    assert record["value"]["kind"] == "AuthenticationError"  # the class a user catches
     assert as_json.returncode == 1
 
 
