@@ -157,5 +157,7 @@ def test_exports_testing_conformance() -> None:
         "Transcript",
         "check_adapter",
         "conformance_test",
+        "drive",
+        "hops",
         "run_turn",
     }

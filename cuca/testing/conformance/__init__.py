@@ -33,4 +33,6 @@ from ._runner import check_adapter as check_adapter
 from ._runner import conformance_test as conformance_test
 from ._turn import Drop as Drop
 from ._turn import Outcome as Outcome
+from ._turn import drive as drive
+from ._turn import hops as hops
 from ._turn import run_turn as run_turn

@@ -12,7 +12,6 @@ import gc
 import os
 import ssl
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -20,9 +19,10 @@ import httpx
 import trio
 import trio.testing
 
+from cuca.client import CucaClient
 from cuca.errors import CucaError
 from cuca.stages import after
-from cuca.types import Block
+from cuca.types import Block, UnifiedRequest
 
 from .._replay import open_replay_server
 from .._reply import Reply
@@ -83,7 +83,8 @@ async def _turn(
 ) -> Outcome:
     async with open_replay_server(reply) as server:
         before = _resources()
-        outcome = await _consume(subject, server.url, read_timeout, drop)
+        async with _http(read_timeout) as http, subject.client(server.url, http) as client:
+            outcome = await _consume(client, subject.request, drop)
         leaks: list[str] = []
         with trio.move_on_after(5):
             await server.wait_connections_closed()
@@ -94,10 +95,22 @@ async def _turn(
     return attrs.evolve(outcome, leaks=tuple(leaks))
 
 
-async def _consume(
-    subject: Subject, url: str, read_timeout: float | None, drop: Drop | None
-) -> Outcome:
-    """Run the turn; the client is closed (and its pool with it) before this returns."""
+async def drive(client: CucaClient, request: UnifiedRequest, drop: Drop | None = None) -> Outcome:
+    """Run one turn of `request` on `client` (any provider, the local engine included),
+    dropped where `drop` says; `leaks` lists the tasks and threads it left behind.
+
+    Call it from inside `trio.run` (a trio test); the client stays open.
+    """
+    before = _resources()
+    outcome = await _consume(client, request, drop)
+    await trio.testing.wait_all_tasks_blocked()
+    after = await _settled(before)
+    leaks = _compare(attrs.evolve(before, fds=None), after)
+    return attrs.evolve(outcome, leaks=tuple(leaks))
+
+
+async def _consume(client: CucaClient, request: UnifiedRequest, drop: Drop | None) -> Outcome:
+    """Run the turn on `client`, catching whatever escapes it."""
     items: list[Any] = []
     error: BaseException | None = None
     completed = dropped = False
@@ -105,15 +118,13 @@ async def _consume(
         stages = [] if drop is None or drop.hop == "consumer" else [_dropper(drop, scope)]
         try:
             with trio.fail_after(TURN_LIMIT):
-                async with _http(read_timeout) as http, subject.client(url, http) as client:
-                    async with client.generate_stream(subject.request, stages=stages) as stream:
-                        async for item in stream:
-                            items.append(item)
-                            if drop is not None and drop.hop == "consumer":
-                                if len(items) > drop.index:
-                                    dropped = True
-                                    break
-                    completed = stream.response is not None
+                async with client.generate_stream(request, stages=stages) as stream:
+                    async for item in stream:
+                        items.append(item)
+                        if drop is not None and drop.hop == "consumer" and len(items) > drop.index:
+                            dropped = True
+                            break
+                completed = stream.response is not None
         except Exception as exc:  # the kit reports whatever escaped, typed or not
             error = exc
     if scope.cancelled_caught:
@@ -211,8 +222,9 @@ def _open_fds() -> int | None:
         return None
 
 
-def hops(extra: Sequence[str] = ()) -> tuple[str, ...]:
-    """The points a turn over HTTP can be dropped at: every built-in stage, the consumer."""
-    from cuca.stages import HTTP_POINTS
+def hops(local: bool = False) -> tuple[str, ...]:
+    """The points a turn can be dropped at: every built-in stage of the HTTP (or the
+    local) pipeline, and the consumer."""
+    from cuca.stages import HTTP_POINTS, LOCAL_POINTS
 
-    return (*HTTP_POINTS, *extra, "consumer")
+    return (*(LOCAL_POINTS if local else HTTP_POINTS), "consumer")
