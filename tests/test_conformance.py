@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from conformance.targets import TARGETS, Target, decode
+from conformance.targets import TARGETS, Target, decode, normalized
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.budget import examples, offsets
@@ -27,7 +27,7 @@ from cuca import (
     TransportError,
     merge_blocks,
 )
-from cuca.testing import Reply, open_replay_server
+from cuca.testing import RecordedRequest, Reply, open_replay_server
 from cuca.testing.conformance import CHECKS, check_adapter
 
 ids = [t.name for t in TARGETS]
@@ -161,6 +161,59 @@ async def test_conformance_http_error_shows_the_vendor_message(
     assert message in str(error)
     if target.api_key:
         assert target.api_key not in repr(error) + str(error) + error.body
+
+
+# -- retries -----------------------------------------------------------------------------
+
+
+async def retried_turn(
+    target: Target, first: Reply
+) -> tuple[list[Any], float, list[RecordedRequest]]:
+    """`first`, then the target's first transcript: the turn's blocks, the (mock) seconds
+    it took and the requests the server saw."""
+    good = Reply(target.transcript(target.transcripts[0]))
+    async with open_replay_server([first, good]) as server:
+        async with target.client(server.url, retry=RetryPolicy(max_retries=1)) as client:
+            start = trio.current_time()
+            done = await client.generate(target.request())
+            elapsed = trio.current_time() - start
+    return list(done.blocks), elapsed, server.requests
+
+
+def expected_blocks(target: Target) -> list[Any]:
+    items, _ = decode(target, [target.transcript(target.transcripts[0])])
+    return list(merge_blocks([i for i in items if not isinstance(i, CucaError)]))
+
+
+@targets
+async def test_conformance_retries_a_503_then_streams(target: Target, autojump_clock: Any) -> None:
+    """A 503 before the stream: the user sees only the good turn that followed, after the
+    policy's backoff (0.5 s less up to 25 % jitter), and the same request was sent twice."""
+    busy = Reply(
+        target.error_body(503, "overloaded"),
+        status=503,
+        headers=[("content-type", "application/json")],
+    )
+    blocks, elapsed, requests = await retried_turn(target, busy)
+    assert normalized(blocks) == expected_blocks(target)
+    assert 0.375 <= elapsed < 0.6
+    assert len(requests) == 2 and requests[0].body == requests[1].body
+
+
+@targets
+async def test_conformance_retries_a_429_after_its_retry_after(
+    target: Target, autojump_clock: Any
+) -> None:
+    """A 429 with ``Retry-After: 3``: the turn waits those 3 s (mock clock), then streams."""
+    limited = Reply(
+        target.error_body(429, "slow down"),
+        status=429,
+        headers=[("content-type", "application/json"), ("retry-after", "3")],
+    )
+    blocks, elapsed, requests = await retried_turn(target, limited)
+    assert normalized(blocks) == expected_blocks(target)
+    assert 3 <= elapsed < 3.5
+    assert len(requests) == 2 and requests[0].body == requests[1].body
 
 
 # -- 4. garbage ------------------------------------------------------------------------
