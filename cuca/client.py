@@ -173,7 +173,9 @@ class CucaClient:
         if self.provider == ProviderEndpoint.LOCAL:
             if self.local_model is None:
                 raise ConfigurationError("the local provider requires local_model=LocalModel")
-            middle = [NamedStage(n, s) for n, s in self.local_model.turn_stages(ctx)]
+            from cuca.engine.worker import turn_stages
+
+            middle = [NamedStage(n, s) for n, s in turn_stages(self.local_model, ctx)]
         else:
             middle = self._http_stages(ctx, retry or self.retry)
         return Pipeline(first + middle + last).extended([*self.stages, *stages])

@@ -15,10 +15,10 @@ from .model import default_model_path as default_model_path
 from .output import OutputParser as OutputParser
 from .prefix import ReusePlan as ReusePlan
 from .prefix import plan_reuse as plan_reuse
+from .records import TurnEnd as TurnEnd
+from .records import TurnStart as TurnStart
 from .sampling import SamplingConfig as SamplingConfig
 from .template import ChatTemplate as ChatTemplate
-from .worker import TurnEnd as TurnEnd
-from .worker import TurnStart as TurnStart
 
 __all__ = [
     "DEFAULT_THREADS",

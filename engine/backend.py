@@ -79,7 +79,13 @@ class LlamaBackend:
         flash_attention: bool,
     ) -> None:
         ll = self._ll = llama_cpp_module()
-        model = ll.llama_model_load_from_file(path.encode(), ll.llama_model_default_params())
+        model_params = ll.llama_model_default_params()
+        # No extra buffer types (AMX, repacked weights): they run one kernel for a single
+        # row and another for many (gemv, gemm), so a row's bits could depend on the size
+        # of its step; and llama.cpp's AMX kernel crashes (SIGSEGV in
+        # ggml_backend_amx_mul_mat) on any multi-token step on CPUs that report AMX.
+        model_params.use_extra_bufts = False
+        model = ll.llama_model_load_from_file(path.encode(), model_params)
         if not model:
             raise ConfigurationError(f"llama.cpp could not load the model in {path}")
         params = ll.llama_context_default_params()

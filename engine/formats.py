@@ -10,7 +10,7 @@ import enum
 
 import attrs
 
-__all__ = ["Capabilities", "OutputFormat", "ToolSyntax"]
+__all__ = ["Capabilities", "OutputFormat", "RenderedTurn", "ToolSyntax"]
 
 
 class ToolSyntax(enum.Enum):
@@ -47,3 +47,12 @@ class Capabilities:
     reasoning: bool
     can_disable_thinking: bool
     tools: bool
+
+
+@attrs.frozen
+class RenderedTurn:
+    """One rendering of a request through a chat template: the prompt ``text`` and the
+    :class:`OutputFormat` of what the model will write after it."""
+
+    text: str
+    output_format: OutputFormat

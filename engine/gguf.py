@@ -18,7 +18,7 @@ from typing import Any
 
 from cuca.errors import ConfigurationError
 
-__all__ = ["read_metadata"]
+__all__ = ["byte_order", "read_metadata"]
 
 _MAGIC = b"GGUF"
 _MAX_DEPTH = 4  # arrays of arrays nest at most this deep
@@ -85,9 +85,11 @@ class _Reader:
         raise self.fail(f"unknown value type {type_id} at byte {self.pos}")
 
 
-def _byte_order(data: mmap.mmap | bytes, path: str) -> str:
-    """``<`` or ``>``: GGUF is little-endian unless the version only makes sense swapped."""
-    if len(data) < 24 or bytes(data[:4]) != _MAGIC:
+def byte_order(data: mmap.mmap | bytes, path: str) -> str:
+    """``<`` or ``>`` from the first 8 bytes of a file: GGUF is little-endian unless the
+    version only makes sense swapped. Raises :class:`~cuca.errors.ConfigurationError`
+    without the magic or with an unknown version (the one check of a GGUF header)."""
+    if len(data) < 8 or bytes(data[:4]) != _MAGIC:
         raise ConfigurationError(f"{path} is not a GGUF file (no GGUF magic)")
     (little,) = struct.unpack_from("<I", data, 4)
     (big,) = struct.unpack_from(">I", data, 4)
@@ -99,7 +101,7 @@ def _byte_order(data: mmap.mmap | bytes, path: str) -> str:
 
 
 def _parse(data: mmap.mmap | bytes, path: str) -> dict[str, Any]:
-    reader = _Reader(data, _byte_order(data, path), path)
+    reader = _Reader(data, byte_order(data, path), path)
     reader.pos = 8
     reader.unpack("Q")  # tensor count: the tensors are not read
     kv_count = reader.unpack("Q")

@@ -5,7 +5,8 @@ the chat template from its metadata. A turn renders the request through the temp
 tokenizes it so that text from messages can never become a control token
 (:mod:`~cuca.engine.prompt`), reuses the longest cached prefix (:mod:`~cuca.engine.prefix`),
 prefills the rest and samples token by token with one sampler chain per generation.
-:meth:`LocalModel.turn_stages` hands that loop to the pipeline (:mod:`~cuca.engine.worker`).
+The pipeline runs that loop through the stages :mod:`~cuca.engine.worker` builds from a
+model; what the loop produces are the records of :mod:`~cuca.engine.records`.
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ from typing import Protocol
 import trio
 
 from cuca.errors import ConfigurationError, ProviderError
-from cuca.stages.context import Stage, TurnContext
 from cuca.types import ImageBase64, PromptCacheUsage, UnifiedRequest
 
-from . import worker
 from .backend import DECODE_ABORTED, LlamaBackend
-from .formats import Capabilities, OutputFormat
+from .formats import Capabilities, OutputFormat, RenderedTurn
+from .gguf import byte_order
 from .grammar import gbnf_for
 from .output import format_markers
 from .prefix import plan_reuse
 from .prompt import PromptGuard
+from .records import TokenSink, TurnEnd, TurnStart
 from .sampling import SamplingConfig
 
 __all__ = [
@@ -59,16 +60,13 @@ step under 64 rows makes a warm prefix give the same bits as a cold prefill.
 """
 
 _SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_GGUF_MAGIC = b"GGUF"
-_GGUF_VERSIONS = (2, 3)
 
 
 class ChatTemplateLike(Protocol):
     """What the engine needs from a chat template (``cuca.engine.template.ChatTemplate``)."""
 
-    def render(self, request: UnifiedRequest) -> str: ...
-
-    def output_format(self, request: UnifiedRequest) -> OutputFormat: ...
+    def render_turn(self, request: UnifiedRequest) -> RenderedTurn:
+        """The prompt text and the output format of ``request``, in one rendering."""
 
     def capabilities(self) -> Capabilities: ...
 
@@ -100,11 +98,7 @@ def _check_file(path: Path) -> None:
             header = file.read(8)
     except OSError as exc:
         raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if header[:4] != _GGUF_MAGIC:
-        raise ConfigurationError(f"not a GGUF model file (no GGUF magic): {path}")
-    version = int.from_bytes(header[4:8], "little")
-    if version not in _GGUF_VERSIONS:
-        raise ConfigurationError(f"unsupported GGUF version {version}: {path}")
+    byte_order(header, str(path))
 
 
 def _check_request(request: UnifiedRequest) -> None:
@@ -138,7 +132,7 @@ class LocalModel:
         self._cached: list[int] = []  # the tokens whose K/V the context holds, in order
         self._turn_lock = trio.Lock()  # turns queue here, in trio
         self._use_lock = threading.Lock()  # the llama.cpp context, in threads
-        self._active_sink: worker.TokenSink | None = None  # the running turn's, if any
+        self._active_sink: TokenSink | None = None  # the running turn's, if any
 
     @classmethod
     def load(
@@ -160,7 +154,7 @@ class LocalModel:
         those used to prefill a prompt (default: ``n_threads``); ``n_batch`` the most
         prompt tokens evaluated at once. ``sampling`` holds top-k, top-p and the seed.
         ``chat_template`` replaces the model's own template (jinja source, or an object
-        with ``render``, ``output_format`` and ``capabilities``).
+        with ``render_turn`` and ``capabilities``).
 
         ``exact_reuse`` (the default) makes a request that reuses a cached prefix give
         the same output, bit for bit, as on a cold model: flash attention on, prompts
@@ -233,7 +227,7 @@ class LocalModel:
 
     def output_format(self, request: UnifiedRequest) -> OutputFormat:
         """How this model writes reasoning and tool calls for ``request``."""
-        return self.template.output_format(request)
+        return self._render(request).output_format
 
     def render(self, request: UnifiedRequest) -> str:
         """The prompt text for ``request``: exactly what is tokenized.
@@ -241,27 +235,33 @@ class LocalModel:
         Control-token text that came from the request's content is in there as text,
         and is tokenized as text (see :meth:`tokenize_prompt`).
         """
-        _check_request(request)
-        return self._guard.restore(self.template.render(self._guard.protect(request)))
+        return self._guard.restore(self._render(request).text)
 
     def tokenize_prompt(self, request: UnifiedRequest) -> list[int]:
         """The prompt's token ids: the template's markup as control tokens, everything
         the request supplied as plain text, and a BOS token if the vocabulary wants one."""
+        return self._tokenize(self._render(request).text)
+
+    @property
+    def turn_lock(self) -> trio.Lock:
+        """Turns of this model queue here, in trio (one runs at a time)."""
+        return self._turn_lock
+
+    def _render(self, request: UnifiedRequest) -> RenderedTurn:
+        """The request rendered once: protected prompt text and output format."""
         _check_request(request)
+        return self.template.render_turn(self._guard.protect(request))
+
+    def _tokenize(self, protected: str) -> list[int]:
         backend = self._backend
         if backend.closed:
             raise ConfigurationError(f"the model {self.path.name} is closed")
-        rendered = self.template.render(self._guard.protect(request))
         tokens: list[int] = []
-        for segment in self._guard.segments(rendered):
+        for segment in self._guard.segments(protected):
             tokens += backend.tokenize(segment.text, special=segment.special)
         if backend.adds_bos and backend.bos_id >= 0 and tokens[:1] != [backend.bos_id]:
             tokens.insert(0, backend.bos_id)
         return tokens
-
-    def turn_stages(self, ctx: TurnContext) -> list[tuple[str, Stage]]:
-        """The ``engine`` and ``output_parse`` stages of one turn, for the pipeline."""
-        return worker.turn_stages(self, self._turn_lock, ctx)
 
     def close(self) -> None:
         """Free the model. A running generation is told to stop before its next token
@@ -281,7 +281,7 @@ class LocalModel:
 
     # -- the generation loop (runs in a worker thread) -----------------------------------
 
-    def generate(self, request: UnifiedRequest, sink: worker.TokenSink) -> worker.TurnEnd:
+    def generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd:
         """Run one turn: prefill what the cache lacks, then sample until a stop.
 
         Blocking; the worker stage calls it in a thread. Stops at an end-of-generation
@@ -294,9 +294,10 @@ class LocalModel:
             finally:
                 self._active_sink = None
 
-    def _generate(self, request: UnifiedRequest, sink: worker.TokenSink) -> worker.TurnEnd:
-        prompt = self.tokenize_prompt(request)
-        fmt = self.output_format(request)
+    def _generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd:
+        rendered = self._render(request)
+        prompt = self._tokenize(rendered.text)
+        fmt = rendered.output_format
         if len(prompt) > self.n_ctx:
             raise ConfigurationError(
                 f"the prompt has {len(prompt)} tokens but the context holds {self.n_ctx};"
@@ -304,13 +305,13 @@ class LocalModel:
             )
         grammar = gbnf_for(request.output_schema)  # before the turn starts
         thinking = request.thinking is not None and request.thinking.enabled
-        sink.start(worker.TurnStart(fmt, thinking))
+        sink.start(TurnStart(fmt, thinking))
         usage = self._prefill(prompt, sink)
         if usage is None:
-            return worker.TurnEnd(PromptCacheUsage(0, len(prompt)), 0, "cancelled")
+            return TurnEnd(PromptCacheUsage(0, len(prompt)), 0, "cancelled")
         return self._decode(request, fmt, usage, sink, grammar)
 
-    def _prefill(self, prompt: list[int], sink: worker.TokenSink) -> PromptCacheUsage | None:
+    def _prefill(self, prompt: list[int], sink: TokenSink) -> PromptCacheUsage | None:
         """Make the cache hold ``prompt``, reusing its longest cached prefix.
 
         Returns the read/write split, or ``None`` if cancelled (what was evaluated by
@@ -344,9 +345,9 @@ class LocalModel:
         request: UnifiedRequest,
         fmt: OutputFormat,
         usage: PromptCacheUsage,
-        sink: worker.TokenSink,
+        sink: TokenSink,
         grammar: str | None = None,
-    ) -> worker.TurnEnd:
+    ) -> TurnEnd:
         backend = self._backend
         # control tokens that belong to the format's markers stay visible to the output
         # parser, even inside a marker made of several tokens (gpt-oss, Gemma 4)
@@ -380,7 +381,7 @@ class LocalModel:
                 if code:  # rare: only then build the list the cache must be resynced to
                     self._check(code, [*self._cached, token])
                 self._cached.append(token)
-        return worker.TurnEnd(usage, count, reason, tail=decoder.decode(b"", final=True))
+        return TurnEnd(usage, count, reason, tail=decoder.decode(b"", final=True))
 
     def _resync(self, tokens: list[int]) -> None:
         """After an interrupted decode, record what the cache really holds."""

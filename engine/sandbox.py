@@ -46,7 +46,14 @@ from jinja2.visitor import NodeTransformer
 
 from cuca.errors import TemplateError
 
-__all__ = ["ChatSandbox", "LimitExceeded", "Limits", "TemplateRaised", "to_template_error"]
+__all__ = [
+    "ChatSandbox",
+    "GenerationFlag",
+    "LimitExceeded",
+    "Limits",
+    "TemplateRaised",
+    "to_template_error",
+]
 
 
 @attrs.frozen
@@ -494,6 +501,58 @@ class ChatSandbox(SandboxedEnvironment):
             raise to_template_error(exc) from exc
         finally:
             _BUDGET.reset(token)
+
+    def render_with_generation_prompt(
+        self, template: jinja2.Template, variables: dict[str, Any], *, input_chars: int = 0
+    ) -> tuple[str, int]:
+        """Render ``template`` with a :class:`GenerationFlag` as ``add_generation_prompt``;
+        the text, and where its generation prompt starts (its length if the template
+        never tested the flag). Every failure is a TemplateError."""
+        parts: list[str] = []
+        written = 0
+
+        def tell() -> int:
+            return written
+
+        flag = GenerationFlag(tell)
+        token = _BUDGET.set(_Budget(self.limits, input_chars))
+        try:
+            for part in template.generate({**variables, "add_generation_prompt": flag}):
+                parts.append(part)
+                written += len(part)
+        except Exception as exc:
+            raise to_template_error(exc) from exc
+        finally:
+            _BUDGET.reset(token)
+        return "".join(parts), written if flag.position is None else flag.position
+
+
+class GenerationFlag:
+    """A true ``add_generation_prompt`` that notes where the output stood when the
+    template last tested it.
+
+    The generation prompt is what a template writes after testing the flag, so one
+    rendering gives both the prompt and where its generation prompt starts (instead
+    of rendering twice, with and without it, and comparing). To the template it is
+    ``true``: truthy, equal to ``true``, printed as ``True``.
+    """
+
+    def __init__(self, tell: Callable[[], int]) -> None:
+        self._tell = tell
+        self.position: int | None = None  # characters written before the last test
+
+    def __bool__(self) -> bool:
+        self.position = self._tell()
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return other is True or other is self
+
+    def __hash__(self) -> int:
+        return hash(True)
+
+    def __str__(self) -> str:
+        return "True"
 
 
 def _template_line(exc: BaseException) -> int | None:

@@ -31,7 +31,7 @@ from cuca.types import (
 )
 
 from .families import Family, detect_family, ends_in_reasoning, find_markers
-from .formats import Capabilities, OutputFormat, ToolSyntax
+from .formats import Capabilities, OutputFormat, RenderedTurn, ToolSyntax
 from .sandbox import ChatSandbox, Limits
 
 __all__ = ["ChatTemplate", "ToolArguments", "template_variables", "thinking_enabled"]
@@ -240,6 +240,15 @@ class ChatTemplate:
         """Whether the template reads ``variable`` from its context (e.g. ``enable_thinking``)."""
         return variable in self._reads
 
+    def _variables(self, request: UnifiedRequest, add_generation_prompt: bool) -> dict[str, Any]:
+        return template_variables(
+            request,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+            call_ids=mistral_call_id if self.family.tool_syntax is ToolSyntax.MISTRAL else _same_id,
+        )
+
     def render(self, request: UnifiedRequest, *, add_generation_prompt: bool = True) -> str:
         """The prompt for ``request``.
 
@@ -247,18 +256,28 @@ class ChatTemplate:
         send and :class:`~cuca.errors.TemplateError` for any failure of the template,
         including its own ``raise_exception``.
         """
-        variables = template_variables(
-            request,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token,
-            eos_token=self.eos_token,
-            call_ids=mistral_call_id if self.family.tool_syntax is ToolSyntax.MISTRAL else _same_id,
-        )
+        variables = self._variables(request, add_generation_prompt)
         size = _text_size(variables)
         return self._sandbox.render_template(self._template, variables, input_chars=size)
 
+    def render_turn(self, request: UnifiedRequest) -> RenderedTurn:
+        """The prompt for ``request`` and the format of the output that follows it, from
+        one rendering: the generation prompt is what the template writes after it last
+        tests ``add_generation_prompt`` (see :class:`~engine.sandbox.GenerationFlag`).
+
+        Raises like :meth:`render`.
+        """
+        variables = self._variables(request, True)
+        size = _text_size(variables)
+        text, start = self._sandbox.render_with_generation_prompt(
+            self._template, variables, input_chars=size
+        )
+        return RenderedTurn(text, self._format(text[start:]))
+
     def generation_prompt(self, request: UnifiedRequest) -> str:
-        """What ``add_generation_prompt`` appends to the rendered conversation."""
+        """What ``add_generation_prompt`` appends to the rendered conversation, found by
+        rendering twice and comparing (the reference :meth:`render_turn` is checked
+        against in the tests)."""
         with_prompt = self.render(request, add_generation_prompt=True)
         return _suffix(with_prompt, self.render(request, add_generation_prompt=False))
 
@@ -270,9 +289,11 @@ class ChatTemplate:
         """
         if request is None:
             request = _PROBE.set_thinking(None)
-        tail = self.generation_prompt(request)
-        markers = self.family.reasoning or find_markers(tail)
-        opened = markers is not None and ends_in_reasoning(tail, markers)
+        return self.render_turn(request).output_format
+
+    def _format(self, generation_prompt: str) -> OutputFormat:
+        markers = self.family.reasoning or find_markers(generation_prompt)
+        opened = markers is not None and ends_in_reasoning(generation_prompt, markers)
         return OutputFormat(markers, self.family.tool_syntax, opened)
 
     def capabilities(self) -> Capabilities:

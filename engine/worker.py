@@ -9,9 +9,8 @@ The relay is bounded: when the consumer falls behind, the thread waits.
 ``output_parse`` feeds those pieces to an :class:`~cuca.engine.output.OutputParser`
 and, at the end, sets ``ctx.summary`` with the exact usage.
 
-Between the two stages travel plain records: a :class:`TurnStart` first, then one
-``str`` per generated token (possibly empty: half of a UTF-8 character, or a control
-token that is not part of the output format), then a :class:`TurnEnd`.
+Between the two stages travel the records of :mod:`~cuca.engine.records`. This module
+builds the stages from a model; the model knows nothing of the stages.
 
 Cancellation: when the turn's nursery is cancelled (the consumer dropped the stream),
 the relay's pump sets the stop flag, the loop stops before its next token (a prefill
@@ -26,20 +25,16 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import attrs
 import trio
 
 from cuca.stages.context import Stage, TurnContext
-from cuca.types import PromptCacheUsage, TokenUsage, TurnSummary, UnifiedRequest
+from cuca.types import TokenUsage, TurnSummary, UnifiedRequest
 
-from .formats import OutputFormat
 from .output import Item, OutputParser, new_call_id
+from .records import TokenSink, TurnEnd, TurnStart
 
 __all__ = [
     "Generator",
-    "TokenSink",
-    "TurnEnd",
-    "TurnStart",
     "engine_stage",
     "output_parse_stage",
     "turn_stages",
@@ -49,47 +44,14 @@ RELAY_LIMIT = 512
 """Token pieces the relay holds before the generating thread waits for the consumer."""
 
 
-@attrs.frozen
-class TurnStart:
-    """Sent before the first token: how to parse the output of this turn."""
+class Generator(Protocol):
+    """A model's blocking generation loop (``LocalModel`` implements it).
 
-    output_format: OutputFormat
-    thinking_enabled: bool
-
-
-@attrs.frozen
-class TurnEnd:
-    """Sent after the last token.
-
-    ``finish_reason``: ``"stop"`` (an end-of-generation token), ``"length"``
-    (``max_tokens`` reached), ``"context_length"`` (the context is full) or
-    ``"cancelled"`` (the stream was dropped). ``tail`` is text the UTF-8 decoder still
-    held at the end (a character cut in half by the last token), not a token of its own.
+    ``turn_lock`` queues the turns of one model, in trio.
     """
 
-    prompt_cache_usage: PromptCacheUsage
-    completion_tokens: int
-    finish_reason: str
-    tail: str = ""
-
-
-class TokenSink(Protocol):
-    """Where the generation loop puts its output (called from the worker thread)."""
-
-    stop_flag: threading.Event
-    """Set when the turn is cancelled; llama.cpp's abort callback polls it."""
-
-    def start(self, start: TurnStart) -> None: ...
-
-    def token(self, text: str) -> None:
-        """One generated token's text."""
-
-    def stopped(self) -> bool:
-        """Whether to stop before the next token."""
-
-
-class Generator(Protocol):
-    """A model's blocking generation loop (``LocalModel`` implements it)."""
+    @property
+    def turn_lock(self) -> trio.Lock: ...
 
     def generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd: ...
 
@@ -199,7 +161,6 @@ async def _run_turn(
 
 async def engine_stage(
     generator: Generator,
-    lock: trio.Lock,
     receive: trio.MemoryReceiveChannel[Any],
     send: trio.MemorySendChannel[Any],
 ) -> None:
@@ -213,7 +174,7 @@ async def engine_stage(
                 if not isinstance(item, UnifiedRequest):
                     await send.send([item])
                     continue
-                async with lock:
+                async with generator.turn_lock:
                     end = await _run_turn(generator, item, send)
                 await send.send([end])
 
@@ -273,15 +234,14 @@ def _summary(end: TurnEnd, reasoning_tokens: int | None) -> TurnSummary:
     return TurnSummary(usage=usage, prompt_cache_usage=cache, finish_reason=end.finish_reason)
 
 
-def turn_stages(
-    generator: Generator, lock: trio.Lock, ctx: TurnContext
-) -> list[tuple[str, Stage]]:
-    """The named ``engine`` and ``output_parse`` stages of one turn."""
+def turn_stages(generator: Generator, ctx: TurnContext) -> list[tuple[str, Stage]]:
+    """The named ``engine`` and ``output_parse`` stages of one turn on ``generator``
+    (a :class:`~cuca.engine.LocalModel`)."""
 
     async def engine(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
-        await engine_stage(generator, lock, receive, send)
+        await engine_stage(generator, receive, send)
 
     async def output_parse(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]

@@ -14,7 +14,9 @@ import trio
 from cuca.client import CucaClient
 from cuca.engine import LocalModel, SamplingConfig, default_model_path
 from cuca.engine.formats import OutputFormat
-from cuca.engine.worker import TokenSink, TurnEnd, TurnStart, turn_stages
+from cuca.engine.records import TokenSink, TurnEnd, TurnStart
+from cuca.engine.sandbox import ChatSandbox
+from cuca.engine.worker import turn_stages
 from cuca.errors import ConfigurationError
 from cuca.stages.context import TurnContext
 from cuca.types import (
@@ -56,7 +58,7 @@ async def run_turn(
     ``stop_after``: cancel the turn once that many items have arrived.
     """
     ctx = TurnContext(request)
-    (_, engine), (_, output_parse) = model.turn_stages(ctx)
+    (_, engine), (_, output_parse) = turn_stages(model, ctx)
     first_send, first_receive = trio.open_memory_channel[Any](1)
     first_send.send_nowait([request])
     first_send.close()
@@ -116,7 +118,7 @@ def test_model_directory_is_not_a_model(tmp_path: Path) -> None:
 def test_model_non_gguf_file(tmp_path: Path) -> None:
     path = tmp_path / "model.gguf"
     path.write_text("definitely not a model")
-    with pytest.raises(ConfigurationError, match="not a GGUF model file"):
+    with pytest.raises(ConfigurationError, match="not a GGUF file"):
         LocalModel.load(path)
 
 
@@ -339,6 +341,25 @@ async def test_model_concurrent_turns_take_turns(model: LocalModel) -> None:
     assert usage_of(b_summary)[1] == prompt - 1  # the second ran after the first
 
 
+async def test_model_renders_the_template_once_per_turn(
+    model: LocalModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The (untrusted, possibly slow) chat template runs once per turn: the prompt and
+    the output format come from the same rendering."""
+    renders: list[str] = []
+    for name in ("render_template", "render_with_generation_prompt"):
+        real = getattr(ChatSandbox, name)
+
+        def counted(self: ChatSandbox, *args: Any, _real: Any = real, **kw: Any) -> Any:
+            renders.append(_real.__name__)
+            return _real(self, *args, **kw)
+
+        monkeypatch.setattr(ChatSandbox, name, counted)
+    _, summary = await run_turn(model, ask("Hi", max_tokens=2))
+    assert summary is not None
+    assert renders == ["render_with_generation_prompt"]
+
+
 async def test_model_through_the_client(model: LocalModel) -> None:
     request = ask("What is 2 + 2?", max_tokens=8)
     async with CucaClient(provider=ProviderEndpoint.LOCAL, local_model=model) as client:
@@ -363,6 +384,7 @@ class FakeGenerator:
         self.count = count
         self.on_token = on_token
         self.emitted = 0
+        self.turn_lock = trio.Lock()
 
     def generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd:
         sink.start(TurnStart(OutputFormat(reasoning=None), False))
@@ -380,7 +402,7 @@ async def run_fake(
 ) -> tuple[list[list[Any]], TurnSummary | None]:
     request = UnifiedRequest.new("fake")
     ctx = TurnContext(request)
-    (_, engine), (_, output_parse) = turn_stages(generator, trio.Lock(), ctx)
+    (_, engine), (_, output_parse) = turn_stages(generator, ctx)
     first_send, first_receive = trio.open_memory_channel[Any](1)
     first_send.send_nowait([request])
     first_send.close()
@@ -416,7 +438,7 @@ async def test_worker_slow_consumer_holds_the_thread_back() -> None:
     generator = FakeGenerator(5000)
     request = UnifiedRequest.new("fake")
     ctx = TurnContext(request)
-    (_, engine), _ = turn_stages(generator, trio.Lock(), ctx)
+    (_, engine), _ = turn_stages(generator, ctx)
     first_send, first_receive = trio.open_memory_channel[Any](1)
     first_send.send_nowait([request])
     first_send.close()
@@ -449,11 +471,13 @@ async def test_worker_dropping_the_stream_stops_the_generator() -> None:
 
 async def test_worker_error_is_raised_from_the_engine_stage() -> None:
     class Failing:
+        turn_lock = trio.Lock()
+
         def generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd:
             raise ConfigurationError("nope")
 
     request = UnifiedRequest.new("x")
-    (_, engine), _ = turn_stages(Failing(), trio.Lock(), TurnContext(request))
+    (_, engine), _ = turn_stages(Failing(), TurnContext(request))
     send, receive = trio.open_memory_channel[Any](1)
     send.send_nowait([request])
     send.close()
@@ -480,7 +504,7 @@ async def test_model_close_during_a_streaming_turn_does_not_deadlock(
     monkeypatch.setattr(worker_module, "RELAY_LIMIT", 4)
     loaded = load()
     ctx = TurnContext(ask(STORY, max_tokens=1000))
-    (_, engine), _ = loaded.turn_stages(ctx)
+    (_, engine), _ = turn_stages(loaded, ctx)
     first_send, first_receive = trio.open_memory_channel[Any](1)
     out_send, out_receive = trio.open_memory_channel[Any](0)
     await first_send.send([ctx.request])

@@ -7,12 +7,15 @@ transformers' ``apply_chat_template`` renders them.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
 import pytest
 from support.corpus import corpus_params, corpus_template, smollm2_template, template_corpus
 
+from cuca.engine.families import ends_in_reasoning, find_markers
+from cuca.engine.formats import OutputFormat
 from cuca.engine.template import ChatTemplate, ToolArguments, template_variables
 from cuca.errors import ConfigurationError, TemplateError
 from cuca.types import (
@@ -624,3 +627,51 @@ def test_template_kimi_appends_to_its_lists(corpus: dict[str, str]) -> None:
 def test_template_functionary_v32_gets_string_arguments(corpus: dict[str, str]) -> None:
     rendered = render(corpus["meetkai-functionary-medium-v3.2.jinja"], tool_chat())
     assert '>>>get_weather\n{"city": "Paris"}' in rendered
+
+
+# -- one rendering per turn -------------------------------------------------------------
+
+ONE_PASS_REQUESTS = {
+    "plain": chat(),
+    "thinking": chat().set_thinking(True),
+    "no thinking": chat().set_thinking(False),
+    "tools": tool_chat(),
+}
+
+
+@pytest.mark.parametrize("name", FLAG_PARAMS)
+@pytest.mark.parametrize("kind", sorted(ONE_PASS_REQUESTS))
+def test_template_render_turn_agrees_with_two_renderings(name: str, kind: str) -> None:
+    """``render_turn`` renders once and finds the generation prompt where the template
+    last tested ``add_generation_prompt``; on every corpus template it gives the prompt
+    of ``render`` and the output format that rendering twice and comparing gives."""
+    template = corpus_template(name)
+    request = ONE_PASS_REQUESTS[kind]
+    try:
+        expected_text = template.render(request)
+    except TemplateError as exc:
+        with pytest.raises(TemplateError, match=re.escape(str(exc))):
+            template.render_turn(request)
+        return
+    tail = template.generation_prompt(request)
+    markers = template.family.reasoning or find_markers(tail)
+    opened = markers is not None and ends_in_reasoning(tail, markers)
+    turn = template.render_turn(request)
+    assert turn.text == expected_text
+    assert turn.output_format == OutputFormat(markers, template.family.tool_syntax, opened)
+
+
+def test_template_render_turn_without_the_flag_has_no_generation_prompt() -> None:
+    source = "{{ messages[-1]['content'] }}{% if add_generation_prompt %}<think>{% endif %}"
+    template = ChatTemplate(source)
+    assert template.render_turn(chat()).output_format.starts_in_thinking
+    ignores = ChatTemplate("{{ messages[-1]['content'] }}<think>")
+    assert not ignores.render_turn(chat()).output_format.starts_in_thinking  # a fixed suffix
+
+
+def test_template_generation_flag_looks_like_true() -> None:
+    source = (
+        "{{ add_generation_prompt }}|{{ add_generation_prompt == true }}"
+        "|{{ add_generation_prompt is defined }}|{{ not add_generation_prompt }}"
+    )
+    assert ChatTemplate(source).render_turn(chat()).text == "True|True|True|False"

@@ -1,0 +1,61 @@
+"""The records a local turn's generation hands to the pipeline's stages.
+
+The model's generation runs in a thread; the ``engine`` stage relays what it produces
+to the ``output_parse`` stage. Between them travel plain records, defined here so that
+neither the model (which produces them) nor the worker stages (which consume them)
+import each other: a :class:`TurnStart` first, then one ``str`` per generated token
+(possibly empty: half of a UTF-8 character, or a control token that is not part of the
+output format), then a :class:`TurnEnd`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+import attrs
+
+from cuca.types import PromptCacheUsage
+
+from .formats import OutputFormat
+
+__all__ = ["TokenSink", "TurnEnd", "TurnStart"]
+
+
+@attrs.frozen
+class TurnStart:
+    """Sent before the first token: how to parse the output of this turn."""
+
+    output_format: OutputFormat
+    thinking_enabled: bool
+
+
+@attrs.frozen
+class TurnEnd:
+    """Sent after the last token.
+
+    ``finish_reason``: ``"stop"`` (an end-of-generation token), ``"length"``
+    (``max_tokens`` reached), ``"context_length"`` (the context is full) or
+    ``"cancelled"`` (the stream was dropped). ``tail`` is text the UTF-8 decoder still
+    held at the end (a character cut in half by the last token), not a token of its own.
+    """
+
+    prompt_cache_usage: PromptCacheUsage
+    completion_tokens: int
+    finish_reason: str
+    tail: str = ""
+
+
+class TokenSink(Protocol):
+    """Where a turn's generation puts its output (called from the engine's thread)."""
+
+    stop_flag: threading.Event
+    """Set when the turn is cancelled (its consumer is gone)."""
+
+    def start(self, start: TurnStart) -> None: ...
+
+    def token(self, text: str) -> None:
+        """One generated token's text."""
+
+    def stopped(self) -> bool:
+        """Whether to stop before the next token."""
