@@ -14,11 +14,14 @@ answers it with one transcript of as many ``response.output_text.delta`` events,
 by cuca (``OpenAiConfig(api=OpenAiApi.RESPONSES)``) and by the SDK's
 ``client.responses.create(stream=True)``.
 
-Each client streams the transcript ``REPEATS`` times after a warm-up; the best run is
-kept. CPU is this process's ``time.process_time`` (the server's CPU is not counted).
-Reported: text blocks per second (wall clock) and CPU milliseconds per 1,000 chunks,
-then cuca's ratios against the targets (≥3x the openai SDK, ≥10x LiteLLM, within 2x of
-the floor, all on CPU per chunk). Never part of pass/fail.
+Each client streams a transcript of a tenth of the chunks and one of all of them,
+``REPEATS`` times each after a warm-up; the best run of each is kept. CPU is this
+process's ``time.process_time`` (the server's CPU is not counted). From the two lengths:
+the fixed CPU cost of a turn (event loop, client, TLS context, connect) and the CPU per
+1,000 chunks (the slope), reported apart; whether the client received every chunk at both
+lengths; text blocks per second (wall clock, long stream). Then cuca's ratios of the
+slopes against the targets (≥3x the openai SDK, ≥10x LiteLLM, within 2x of the floor).
+Never part of pass/fail.
 """
 
 from __future__ import annotations
@@ -107,13 +110,27 @@ def responses_transcript(chunks: int = CHUNKS) -> bytes:
 # -- the server (child process) ------------------------------------------------------
 
 
+def lengths(chunks: int) -> tuple[int, int]:
+    """The two stream lengths measured: a tenth of ``chunks``, and ``chunks``. The CPU
+    time of the two gives a client's fixed cost (event loop, client, TLS context, connect)
+    and its per-chunk slope apart."""
+    return max(1, chunks // 10), chunks
+
+
 async def serve(chunks: int) -> None:
+    """Serve both lengths: a path starting ``/n<length>`` gets a stream of that length."""
     from cuca.testing import RecordedRequest, Reply, open_replay_server
 
-    chat, responses = Reply(body=transcript(chunks)), Reply(body=responses_transcript(chunks))
+    replies = {
+        (n, route): Reply(body=make(n))
+        for n in lengths(chunks)
+        for route, make in (("chat", transcript), ("responses", responses_transcript))
+    }
 
     def choose(request: RecordedRequest) -> Reply:
-        return responses if request.path.endswith("/responses") else chat
+        length = int(request.path.split("/")[1].removeprefix("n"))
+        route = "responses" if request.path.endswith("/responses") else "chat"
+        return replies[length, route]
 
     async with open_replay_server(choose) as server:
         print(server.url, flush=True)
@@ -266,11 +283,11 @@ def measure(runner: Runner, client: Callable[[str], Awaitable[int]], url: str) -
 
 def main() -> None:
     process, url = start_server()
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[int, dict[str, float]]] = {}
     try:
         for name, client, runner in CLIENTS:
             try:
-                results[name] = measure(runner, client, url)
+                results[name] = {n: measure(runner, client, f"{url}/n{n}") for n in lengths(CHUNKS)}
             except Exception as exc:  # a missing SDK should not hide the other rows
                 print(f"{name}: failed: {type(exc).__name__}: {exc}")
     finally:
@@ -279,14 +296,26 @@ def main() -> None:
     report(results)
 
 
-def report(results: dict[str, dict[str, float]]) -> None:
-    print(f"{CHUNKS:,} chunks over loopback, best of {REPEATS} runs (CPU = this process)\n")
-    print(f"{'client':34} {'blocks':>7} {'blocks/s':>10} {'CPU ms/1k chunks':>17}")
-    per_k: dict[str, float] = {}
-    for name, r in results.items():
-        per_k[name] = r["cpu"] * 1000 / (CHUNKS / 1000)
-        rate = r["blocks"] / r["wall"]
-        print(f"{name:34} {int(r['blocks']):>7} {rate:>10,.0f} {per_k[name]:>17.2f}")
+def split_cost(runs: dict[int, dict[str, float]]) -> tuple[float, float]:
+    """(fixed cost in CPU ms, CPU ms per 1,000 chunks) from the runs at the two lengths."""
+    short, long = lengths(CHUNKS)
+    slope = (runs[long]["cpu"] - runs[short]["cpu"]) * 1000 / ((long - short) / 1000)
+    return runs[short]["cpu"] * 1000 - slope * short / 1000, slope
+
+
+def report(results: dict[str, dict[int, dict[str, float]]]) -> None:
+    short, long = lengths(CHUNKS)
+    print(f"{short:,} and {long:,} chunks over loopback, best of {REPEATS} runs each")
+    print("(CPU = this process; fixed cost and per-chunk slope from the two lengths)\n")
+    print(f"{'client':34} {'every chunk':>11} {'blocks/s':>10}", end="")
+    print(f" {'fixed ms':>9} {'ms/1k chunks':>13}")
+    slope: dict[str, float] = {}
+    for name, runs in results.items():
+        fixed, slope[name] = split_cost(runs)
+        complete = all(int(runs[n]["blocks"]) == n for n in (short, long))
+        got = "yes" if complete else f"NO ({int(runs[long]['blocks'])})"
+        rate = runs[long]["blocks"] / runs[long]["wall"]
+        print(f"{name:34} {got:>11} {rate:>10,.0f} {fixed:>9.1f} {slope[name]:>13.2f}")
     print()
     targets = [
         ("cuca", "openai SDK", "openai SDK CPU / cuca CPU", 3.0, True),
@@ -294,11 +323,12 @@ def report(results: dict[str, dict[str, float]]) -> None:
         ("cuca", "floor (httpx + httpx-sse + json)", "cuca CPU / floor CPU", 2.0, False),
         ("cuca (responses)", "openai SDK (responses)", "responses: SDK CPU / cuca CPU", 3.0, True),
     ]
+    print("ratios of the per-chunk slopes:")
     for ours, name, label, target, higher in targets:
-        if name not in per_k or ours not in per_k:
+        if name not in slope or ours not in slope:
             continue
-        cuca = per_k[ours]
-        ratio = per_k[name] / cuca if higher else cuca / per_k[name]
+        cuca = slope[ours]
+        ratio = slope[name] / cuca if higher else cuca / slope[name]
         ok = ratio >= target if higher else ratio <= target
         sign = ">=" if higher else "<="
         print(f"{label:30} {ratio:6.2f}x  (target {sign} {target:g}x: {'met' if ok else 'MISSED'})")
