@@ -4,19 +4,23 @@ Drops are deterministic: a turn is dropped when the n-th message passes a chosen
 its pipeline (the consumer's scope is cancelled from there) or after the consumer's n-th
 item (``break``), so a failure reproduces and Hypothesis shrinks it to the earliest hop
 and index. Every real adapter gets the same drops through the conformance kit
-(``tests/test_conformance.py``, check ``drops``); here the fake adapter, on an endless
-stream.
+(``tests/test_conformance.py``, check ``drops``); here the fake adapter on an endless
+stream, and the local engine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 import trio
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.budget import examples
 from support.fake_adapter import FAKE, frames
 
-from cuca import CucaClient, UnifiedRequest
+from cuca import CucaClient, LocalModel, ProviderEndpoint, SamplingConfig, UnifiedRequest
+from cuca.engine import default_model_path
 from cuca.testing import Reply, open_replay_server
 from cuca.testing.conformance import Drop, Outcome, Subject, drive, hops, run_turn
 
@@ -46,6 +50,40 @@ def test_cancellation_drop_at_any_hop_leaves_nothing(drop: Drop, pace: float) ->
     """An endless stream dropped anywhere: no task, thread, descriptor or connection."""
     reply = Reply.endless(b"data: T tok\n\n", delay=pace)
     assert_dropped_cleanly(run_turn(Subject(FAKE), reply, drop=drop))
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[LocalModel]:
+    with LocalModel.load(default_model_path(), n_ctx=512, sampling=SamplingConfig(seed=3)) as m:
+        yield m
+
+
+@settings(
+    max_examples=examples(12),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(drop=drops(local=True))
+def test_cancellation_local_drop_at_any_hop_leaves_nothing(model: LocalModel, drop: Drop) -> None:
+    """A local turn dropped anywhere: the engine's thread stops, no task is left, and the
+    model serves the next turn."""
+    if drop.hop == "engine" or drop.hop == "output_parse":
+        drop = Drop(drop.hop, min(drop.index, 8))  # messages are batches of tokens
+    request = UnifiedRequest.new("smollm2").add_user_message("Tell a story.").set_max_tokens(200)
+
+    async def main() -> None:
+        async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
+            await client.generate(request.set_max_tokens(1))  # the engine's thread exists
+            outcome = await drive(client, request, drop)
+            after = await client.generate(request.set_max_tokens(3))
+        if outcome.completed:  # the turn ended before reaching that index: no drop
+            assert outcome.leaks == ()
+        else:
+            assert_dropped_cleanly(outcome)
+        assert after.response.usage is not None
+        assert after.response.usage.completion_tokens == 3
+
+    trio.run(main)
 
 
 async def test_cancellation_client_is_usable_after_a_drop() -> None:
