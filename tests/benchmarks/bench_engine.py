@@ -203,7 +203,7 @@ def llama_server_decode(binary: str) -> dict[str, Any]:
 
     port = free_port()
     command = [binary, "-m", model_path(), "-t", "1", "-tb", "1", "-c", str(N_CTX)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--no-webui", "--no-repack"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"

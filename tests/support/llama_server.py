@@ -111,6 +111,9 @@ def running_llama_server(extra_args: Sequence[str] = ()) -> Iterator[LlamaServer
         *("--model", str(model_path())),
         *("--host", "127.0.0.1", "--port", str(port)),
         *("-t", "1", "-c", "2048", "-np", "1"),
+        # no repacked weights: on a CPU that lists AMX, the AMX kernels of this build die
+        # with SIGILL at the first token (as llama-cpp-python's do with SIGSEGV)
+        "--no-repack",
         *extra_args,
     ]
     with tempfile.TemporaryDirectory(prefix="llama-server-") as tmp:
