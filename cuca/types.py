@@ -10,9 +10,13 @@ from __future__ import annotations
 import enum
 import secrets
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import attrs
+
+if TYPE_CHECKING:
+    from datetime import datetime
+    from decimal import Decimal
 
 __all__ = [
     "AnthropicThinkingParams",
@@ -488,3 +492,15 @@ class UnifiedResponse:
     usage: TokenUsage | None = None
     prompt_cache_usage: PromptCacheUsage | None = None
     finish_reason: str | None = None
+
+    @property
+    def cost(self) -> Decimal | None:
+        """What the turn cost in US dollars at today's prices (from genai-prices), or
+        ``None`` when the provider, the model or the usage is unknown."""
+        return self.cost_at(None)
+
+    def cost_at(self, when: datetime | None) -> Decimal | None:
+        """The cost at the prices in force at ``when`` (a timezone-aware datetime)."""
+        from .cost import turn_cost
+
+        return turn_cost(self.provider, self.model, self.usage, self.prompt_cache_usage, at=when)

@@ -95,7 +95,9 @@ class GeminiDecoder(StreamDecoder):
             return TurnSummary(finish_reason=self._finish_reason)
         thoughts = _count(usage, "thoughtsTokenCount")
         tokens = TokenUsage(
-            prompt_tokens=_count(usage, "promptTokenCount") or 0,
+            # tool-use prompt tokens are billed as input but counted apart
+            prompt_tokens=(_count(usage, "promptTokenCount") or 0)
+            + (_count(usage, "toolUsePromptTokenCount") or 0),
             completion_tokens=(_count(usage, "candidatesTokenCount") or 0) + (thoughts or 0),
             reasoning_tokens=thoughts,
         )

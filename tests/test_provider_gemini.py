@@ -368,7 +368,7 @@ def test_gemini_decoder_thoughts_and_parallel_calls() -> None:
 def test_gemini_decoder_usage_only_final_chunk() -> None:
     decoded = decode("usage_only_final")
     assert decoded.items == [Text("Cached context says hi.")]
-    assert decoded.summary.usage == TokenUsage(12, 71 + 89, 89)
+    assert decoded.summary.usage == TokenUsage(12 + 65, 71 + 89, 89)  # + toolUsePrompt
     assert decoded.summary.prompt_cache_usage == PromptCacheUsage(read_tokens=4)
     assert decoded.summary.finish_reason == "STOP"
 
@@ -473,7 +473,7 @@ def test_gemini_decoder_matches_google_genai(name: str) -> None:
     assert [cuca_item(i) for i in decoded.items] == expected
     thoughts = usage.thoughts_token_count
     assert decoded.summary.usage == TokenUsage(
-        usage.prompt_token_count,
+        usage.prompt_token_count + (usage.tool_use_prompt_token_count or 0),
         (usage.candidates_token_count or 0) + (thoughts or 0),
         thoughts,
     )

@@ -68,8 +68,9 @@ class TurnClock:
 
 def usage_line(response: UnifiedResponse | None, rate: float | None) -> str:
     """``usage: prompt 42 (cache read 30, write 12) · completion 17 · reasoning 0 ·
-    38.5 tok/s · stop``. The cache part is left out when the provider reports no cache
-    usage, ``reasoning n/a`` means the count was not reported."""
+    $0.000093 · 38.5 tok/s · stop``. The cache part is left out when the provider reports
+    no cache usage, ``reasoning n/a`` means the count was not reported, the cost is shown
+    when the model's prices are known."""
     parts: list[str] = []
     usage = response.usage if response else None
     cache = response.prompt_cache_usage if response else None
@@ -81,6 +82,9 @@ def usage_line(response: UnifiedResponse | None, rate: float | None) -> str:
         parts.append(f"completion {usage.completion_tokens}")
         reasoning = usage.reasoning_tokens
         parts.append(f"reasoning {'n/a' if reasoning is None else reasoning}")
+        cost = response.cost if response else None
+        if cost is not None:
+            parts.append(f"${cost:f}")
     else:
         parts.append("not reported")
     if rate is not None:

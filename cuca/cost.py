@@ -1,0 +1,63 @@
+"""The price of a turn in US dollars, from genai-prices' data and the turn's exact usage.
+
+The prices are not ours: `genai-prices` keeps them (by provider, model and date,
+cache reads and writes and reasoning included). This module only maps cuca's usage
+split onto its units and its provider names. A provider or model it does not know
+gives ``None``, never a guess. It is imported on the first price asked for, so
+``import cuca`` does not load the price data.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from .types import PromptCacheUsage, ProviderEndpoint, TokenUsage
+
+__all__ = ["PRICED_PROVIDERS", "turn_cost"]
+
+PRICED_PROVIDERS: dict[str, str] = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "google_gemini": "google",
+    "deepseek": "deepseek",
+}
+"""cuca endpoint kind -> genai-prices provider id. Self-hosted servers (llama.cpp, vLLM,
+LM Studio, the local engine) and custom gateways have no price list."""
+
+
+def turn_cost(
+    provider: ProviderEndpoint,
+    model: str,
+    usage: TokenUsage | None,
+    cache: PromptCacheUsage | None = None,
+    *,
+    at: datetime | None = None,
+) -> Decimal | None:
+    """What a turn with this usage cost on ``provider`` for ``model``, at time ``at``
+    (now by default: some prices depend on the date or the hour), or ``None`` when the
+    provider, the model or the usage is unknown.
+
+    cuca's counts and genai-prices' units nest the same way: ``prompt_tokens`` holds
+    the cache reads and writes, ``completion_tokens`` holds the reasoning tokens; each
+    part is billed at its own rate.
+    """
+    provider_id = PRICED_PROVIDERS.get(provider.kind)
+    if provider_id is None or usage is None:
+        return None
+    from genai_prices import Usage, calc_price
+
+    counts = Usage(
+        input_tokens=usage.prompt_tokens,
+        cache_read_tokens=cache.read_tokens if cache else None,
+        cache_write_tokens=cache.write_tokens if cache else None,
+        output_tokens=usage.completion_tokens,
+        output_reasoning_tokens=usage.reasoning_tokens,
+    )
+    try:
+        price = calc_price(counts, model, provider_id=provider_id, genai_request_timestamp=at)
+    except LookupError:  # a model genai-prices has no price for
+        return None
+    except ValueError:  # inconsistent counts (a cache read larger than the prompt)
+        return None
+    return price.total_price
