@@ -43,8 +43,12 @@ from .errors import SseParseError as SseParseError
 from .errors import StreamIncomplete as StreamIncomplete
 from .errors import TemplateError as TemplateError
 from .errors import TransportError as TransportError
+from .observe import TurnEnd as TurnEnd
+from .observe import TurnObserver as TurnObserver
 from .plugins import CucaPlugin as CucaPlugin
 from .retry import RetryPolicy as RetryPolicy
+from .session_log import LoggedTurn as LoggedTurn
+from .session_log import SessionLog as SessionLog
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks

@@ -163,6 +163,7 @@ class CucaClient:
         self, ctx: Any, stages: Sequence[Insertion] = (), retry: RetryPolicy | None = None
     ) -> Pipeline:
         """The pipeline of one turn: the built-in stages plus the user's insertions."""
+        from cuca.observe import watched
         from cuca.stages.hooks import chunk_hooks_stage, request_hooks_stage
         from cuca.stages.pipeline import NamedStage, Pipeline
 
@@ -178,7 +179,8 @@ class CucaClient:
             middle = [NamedStage(n, s) for n, s in turn_stages(self.local_model, ctx)]
         else:
             middle = self._http_stages(ctx, retry or self.retry)
-        return Pipeline(first + middle + last).extended([*self.stages, *stages])
+        pipeline = Pipeline(first + middle + last).extended([*self.stages, *stages])
+        return watched(pipeline, self.plugins, ctx)
 
     def _http_stages(self, ctx: Any, retry: RetryPolicy) -> list[NamedStage]:
         from cuca.stages.http import decode_stage, encode_stage, sse_stage, transport_stage

@@ -9,7 +9,12 @@ order. Error rules: an ``on_request`` error aborts the turn (raised as
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .types import Block, UnifiedRequest, UnifiedResponse
+
+if TYPE_CHECKING:
+    from .observe import TurnObserver
 
 __all__ = ["CucaPlugin"]
 
@@ -30,6 +35,12 @@ class CucaPlugin:
 
     async def on_response_complete(self, response: UnifiedResponse) -> None:
         """Called once when the turn ended cleanly, with its terminal record."""
+
+    def observe(self, request: UnifiedRequest) -> TurnObserver | None:
+        """Return a :class:`~cuca.observe.TurnObserver` to watch this turn from outside
+        (raw bytes, every item, how it ended), or ``None``. Called once the request hooks
+        have run; the session log and the trace plugin use it."""
+        return None
 
 
 def overrides(plugin: CucaPlugin, hook: str) -> bool:

@@ -25,6 +25,10 @@ SUBMODULES = {
     "testing",
     "retry",
     "cli",
+    "cost",
+    "observe",
+    "otel",
+    "session_log",
     "annotations",
     "context",
     "custom",
@@ -56,6 +60,7 @@ CUCA = {
     "HttpStatusError",
     "ImageBase64",
     "JsonError",
+    "LoggedTurn",
     "LlamaCppConfig",
     "LlamaRoute",
     "LocalModel",
@@ -75,6 +80,7 @@ CUCA = {
     "ResponseFuture",
     "ResponseStream",
     "RetryPolicy",
+    "SessionLog",
     "SamplingConfig",
     "ServerError",
     "SseParseError",
@@ -91,6 +97,8 @@ CUCA = {
     "ToolDefinition",
     "ToolResult",
     "TransportError",
+    "TurnEnd",
+    "TurnObserver",
     "TurnSummary",
     "UnifiedMessage",
     "UnifiedRequest",
@@ -140,6 +148,7 @@ def test_exports_testing() -> None:
         "chunk_sizes",
         "split_points",
         "feed_chunks",
+        "logged_reply",
     } <= names
 
 

@@ -46,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .chat import run_chat
 
             return run_chat(args, env, console)
+        if args.command == "logs":
+            from .logs import run_logs
+
+            return run_logs(args, console)
         from .models import run_models
 
         return run_models(args, console)

@@ -104,8 +104,22 @@ def _add_models(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_logs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    logs = commands.add_parser(
+        "logs",
+        help="list or show the turns of a session log",
+        description="List the turns recorded in a SQLite session log (cuca.SessionLog), "
+        "or show turn ID in full.",
+    )
+    logs.add_argument("path", metavar="PATH", help="the session log file")
+    logs.add_argument("id", nargs="?", type=_count(1), metavar="ID", help="a turn to show")
+    logs.add_argument("--limit", type=_count(1), metavar="N", help="only the last N turns")
+    logs.add_argument("--json", action="store_true", help="one JSON object per turn")
+    logs.add_argument("--raw", action="store_true", help="with --json: the response bytes too")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``cuca`` parser: ``cuca chat ...`` and ``cuca models inspect ...``."""
+    """The ``cuca`` parser: ``cuca chat ...``, ``cuca models inspect ...``, ``cuca logs ...``."""
     parser = argparse.ArgumentParser(
         prog="cuca",
         description="Chat with any LLM backend cuca supports, or inspect a local model.",
@@ -116,4 +130,5 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_chat(commands)
     _add_models(commands)
+    _add_logs(commands)
     return parser

@@ -1,7 +1,8 @@
 """Tools for testing code built on cuca: a replay server and Hypothesis strategies.
 
 The replay server (`open_replay_server`) answers real HTTP requests on loopback with
-scripted `Reply` values: chunked, paced, stalled, cut or endless. The strategies
+scripted `Reply` values: chunked, paced, stalled, cut or endless; `logged_reply` replays a
+turn recorded by `cuca.SessionLog` with its raw bytes. The strategies
 (`chunkings`, `chunk_sizes`, `split_points`) need Hypothesis, which the ``testing`` extra
 installs; they are imported on first use, so the rest works without it.
 """
@@ -10,6 +11,7 @@ import typing as _typing
 
 from ._feed import Feedable as Feedable
 from ._feed import feed_chunks as feed_chunks
+from ._log import logged_reply as logged_reply
 from ._replay import ReplayServer as ReplayServer
 from ._replay import Replies as Replies
 from ._replay import open_replay_server as open_replay_server

@@ -1,0 +1,163 @@
+"""Turn observers: a plugin's view of a whole turn from outside, without changing it.
+
+A plugin that overrides :meth:`CucaPlugin.observe` gets, for each turn, an observer that
+sees the request as sent, the raw response bytes (HTTP turns, when it asks for them),
+every item the consumer receives (blocks and error items) and how the turn ended: with a
+response, an error, or cancelled. The session log and the trace plugin are observers.
+
+Three small stages do the watching, placed around the built-in ones: one after
+``request_hooks`` (the turn starts), one after ``transport`` (raw bytes, HTTP only) and
+one at the very end (items and the end). A turn without observing plugins gets none.
+Observer methods are synchronous and should be quick: they run inside the turn. One that
+raises ends the turn with a :class:`~cuca.errors.PluginError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import trio
+
+from .errors import CucaError, PluginError
+from .types import UnifiedRequest, UnifiedResponse
+
+if TYPE_CHECKING:
+    from cuca.plugins import CucaPlugin
+    from cuca.stages.context import TurnContext
+    from cuca.stages.pipeline import Pipeline
+    from cuca.types import Block
+
+__all__ = ["TurnEnd", "TurnObserver", "watched"]
+
+Status = Literal["ok", "error", "cancelled"]
+
+
+@attrs.frozen
+class TurnEnd:
+    """How a turn ended: ``"ok"`` with its ``response``, ``"error"`` with the ``error``
+    that ended it, or ``"cancelled"`` (the consumer left before the end)."""
+
+    status: Status
+    response: UnifiedResponse | None = None
+    error: Exception | None = None
+
+
+class TurnObserver:
+    """Watches one turn; every method defaults to doing nothing.
+
+    Set ``raw = True`` to receive the response body's bytes as they arrive (HTTP turns).
+    """
+
+    raw: bool = False
+
+    def on_raw(self, chunks: Sequence[bytes]) -> None:
+        """Body bytes as one network read delivered them (before any parsing)."""
+
+    def on_items(self, items: Sequence[Block | CucaError]) -> None:
+        """Items as the consumer receives them: blocks, and errors that did not end the turn."""
+
+    def on_end(self, end: TurnEnd) -> None:
+        """Called once, whatever happened, before the consumer sees the end of the stream
+        (or after it left)."""
+
+
+class _Watch:
+    """The observers of one turn, created when the request leaves the request hooks."""
+
+    def __init__(self, plugins: Sequence[CucaPlugin], ctx: TurnContext) -> None:
+        self.plugins = plugins
+        self.ctx = ctx
+        self.observers: list[TurnObserver] | None = None
+
+    def start(self, request: UnifiedRequest) -> list[TurnObserver]:
+        if self.observers is None:
+            self.observers = []
+            for plugin in self.plugins:
+                try:
+                    observer = plugin.observe(request)
+                except Exception as exc:
+                    raise PluginError(plugin.name, f"observe failed: {exc}") from exc
+                if observer is not None:
+                    self.observers.append(observer)
+        return self.observers
+
+    def end(self, end: TurnEnd) -> None:
+        observers = self.start(self.ctx.request)
+        failure: PluginError | None = None
+        for observer in observers:
+            try:
+                observer.on_end(end)
+            except Exception as exc:
+                failure = failure or PluginError(type(observer).__name__, f"on_end failed: {exc}")
+        if failure is not None and end.status != "cancelled":
+            raise failure
+
+
+def _starting(watch: _Watch) -> Any:
+    async def observe_start(
+        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        async for batch in receive:
+            for request in batch:
+                watch.start(request)
+            await send.send(batch)
+
+    return observe_start
+
+
+def _raw_tap(watch: _Watch) -> Any:
+    async def observe_raw(
+        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        async for batch in receive:
+            for observer in watch.observers or ():
+                if observer.raw:
+                    observer.on_raw(batch)
+            await send.send(batch)
+
+    return observe_raw
+
+
+def _ending(watch: _Watch) -> Any:
+    async def observe_items(
+        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        end = TurnEnd("cancelled")
+        try:
+            async for batch in receive:
+                for observer in watch.observers or watch.start(watch.ctx.request):
+                    observer.on_items(batch)
+                await send.send(batch)
+            error = watch.ctx.error
+            if error is None:
+                end = TurnEnd("ok", watch.ctx.response)
+            else:
+                end = TurnEnd("error", error=error)
+        except trio.BrokenResourceError:
+            raise  # the consumer left: the turn was cancelled
+        except Exception as exc:
+            end = TurnEnd("error", error=exc)
+            raise
+        finally:
+            watch.end(end)
+
+    return observe_items
+
+
+def watched(pipeline: Pipeline, plugins: Sequence[CucaPlugin], ctx: TurnContext) -> Pipeline:
+    """``pipeline`` with the observing stages added, when a plugin observes turns."""
+    from .plugins import overrides
+    from .stages.pipeline import after
+
+    observing = [p for p in plugins if overrides(p, "observe")]
+    if not observing:
+        return pipeline
+    watch = _Watch(observing, ctx)
+    names = pipeline.names
+    insertions = [after("request_hooks", _starting(watch), "observe_start")]
+    if "transport" in names:
+        insertions.append(after("transport", _raw_tap(watch), "observe_raw"))
+    insertions.append(after(names[-1], _ending(watch), "observe_items"))
+    return pipeline.extended(insertions)

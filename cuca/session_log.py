@@ -1,0 +1,319 @@
+"""The session log: every turn recorded to one SQLite file, readable and replayable.
+
+``SessionLog(path)`` is a plugin. Each turn gets a row when its request leaves the
+request hooks (status ``running``) and the rest when it ends: every block in cuca's JSON
+form, the error items, the error that ended it, usage, cost, timing, and the raw response
+bytes when ``raw=True``. Each write is its own transaction in WAL mode, so concurrent
+turns, threads and processes share the file, and a process killed mid-turn leaves every
+finished turn intact; its unfinished row reads back as ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from json.encoder import encode_basestring as _json_string
+from pathlib import Path
+from typing import Any, cast
+
+import attrs
+
+from .convert import structure, unstructure
+from .errors import ConfigurationError, CucaError
+from .observe import TurnEnd, TurnObserver
+from .plugins import CucaPlugin
+from .types import Block, PromptCacheUsage, Text, TokenUsage, UnifiedRequest
+
+__all__ = ["LoggedTurn", "SessionLog"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY,
+    started_at TEXT NOT NULL,
+    status TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    request TEXT NOT NULL,
+    blocks TEXT,
+    errors TEXT,
+    error TEXT,
+    usage TEXT,
+    cache_usage TEXT,
+    finish_reason TEXT,
+    cost TEXT,
+    first_block_s REAL,
+    total_s REAL,
+    raw BLOB
+)
+"""
+
+_COLUMNS = (
+    "id, started_at, status, pid, provider, model, request, blocks, errors, error, usage, "
+    "cache_usage, finish_reason, cost, first_block_s, total_s, raw"
+)
+
+
+@attrs.frozen
+class LoggedTurn:
+    """One turn as the session log holds it.
+
+    ``status`` is ``ok``, ``error``, ``cancelled``, ``running`` (still streaming in a live
+    process) or ``interrupted`` (its process died mid-turn). ``blocks`` are the deltas as
+    streamed; ``errors`` the non-fatal error items and ``error`` the one that ended the turn,
+    each as ``{"kind": class name, "message": text}``. ``raw`` is the response body when
+    the log was opened with ``raw=True``.
+    """
+
+    id: int
+    started_at: datetime
+    status: str
+    provider: str
+    model: str
+    request: UnifiedRequest
+    blocks: tuple[Block, ...] = ()
+    errors: tuple[dict[str, str], ...] = ()
+    error: dict[str, str] | None = None
+    usage: TokenUsage | None = None
+    prompt_cache_usage: PromptCacheUsage | None = None
+    finish_reason: str | None = None
+    cost: Decimal | None = None
+    first_block_seconds: float | None = None
+    total_seconds: float | None = None
+    raw: bytes | None = attrs.field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The turn as JSON-ready data (``raw`` as text, undecodable bytes escaped)."""
+        return {
+            "id": self.id,
+            "started_at": self.started_at.isoformat(),
+            "status": self.status,
+            "provider": self.provider,
+            "model": self.model,
+            "request": unstructure(self.request),
+            "blocks": [_block_json(b) for b in self.blocks],
+            "errors": list(self.errors),
+            "error": self.error,
+            "usage": unstructure(self.usage),
+            "prompt_cache_usage": unstructure(self.prompt_cache_usage),
+            "finish_reason": self.finish_reason,
+            "cost": None if self.cost is None else f"{self.cost:f}",
+            "first_block_seconds": self.first_block_seconds,
+            "total_seconds": self.total_seconds,
+            "raw": None if self.raw is None else self.raw.decode("utf-8", "backslashreplace"),
+        }
+
+
+class SessionLog(CucaPlugin):
+    """A plugin recording every turn of the clients it is given to into the SQLite file
+    ``path`` (created if missing). ``raw=True`` also keeps each response body's bytes,
+    which :func:`cuca.testing.logged_reply` turns into a replay transcript.
+
+    One ``SessionLog`` may serve many clients and any number of concurrent turns; close
+    it (or use it as a context manager) when done.
+    """
+
+    name = "session_log"
+
+    def __init__(self, path: str | os.PathLike[str], *, raw: bool = False) -> None:
+        self.path = Path(path)
+        self.raw = raw
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA busy_timeout = 10000")
+        # large pages: a long turn's blocks are one row of several hundred kilobytes
+        self._db.execute("PRAGMA page_size = 16384")  # takes effect in a new file only
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.execute(_SCHEMA)
+        self._mark_interrupted()
+
+    def __repr__(self) -> str:
+        return f"SessionLog({str(self.path)!r}, raw={self.raw})"
+
+    def __enter__(self) -> SessionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- writing ----------------------------------------------------------------------
+
+    def observe(self, request: UnifiedRequest) -> TurnObserver:
+        started = datetime.now(UTC)
+        row = (
+            started.isoformat(),
+            os.getpid(),
+            str(request.provider),
+            request.model,
+            json.dumps(unstructure(request), ensure_ascii=False),
+        )
+        cursor = self._write(
+            "INSERT INTO turns (started_at, status, pid, provider, model, request) "
+            "VALUES (?, 'running', ?, ?, ?, ?)",
+            row,
+        )
+        assert cursor.lastrowid is not None
+        return _Recorder(self, cursor.lastrowid)
+
+    def _write(self, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, params)
+
+    def _finish(self, turn_id: int, values: dict[str, Any]) -> None:
+        names = ", ".join(f"{name} = ?" for name in values)
+        self._write(f"UPDATE turns SET {names} WHERE id = ?", (*values.values(), turn_id))
+
+    def _mark_interrupted(self) -> None:
+        running = self._db.execute("SELECT id, pid FROM turns WHERE status = 'running'")
+        dead = [(turn_id,) for turn_id, pid in running.fetchall() if not _alive(pid)]
+        if dead:
+            self._db.executemany("UPDATE turns SET status = 'interrupted' WHERE id = ?", dead)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def turns(self, limit: int | None = None) -> list[LoggedTurn]:
+        """The logged turns, oldest first (the last ``limit`` of them when given)."""
+        with self._lock:
+            if limit is None:
+                rows = self._db.execute(f"SELECT {_COLUMNS} FROM turns ORDER BY id").fetchall()
+            else:
+                sql = f"SELECT {_COLUMNS} FROM turns ORDER BY id DESC LIMIT ?"
+                rows = self._db.execute(sql, (limit,)).fetchall()[::-1]
+        return [_turn(row) for row in rows]
+
+    def turn(self, turn_id: int) -> LoggedTurn:
+        """The turn numbered ``turn_id``; a :class:`ConfigurationError` if there is none."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_COLUMNS} FROM turns WHERE id = ?", (turn_id,)
+            ).fetchone()
+        if row is None:
+            raise ConfigurationError(f"no turn {turn_id} in the session log {self.path}")
+        return _turn(row)
+
+
+class _Recorder(TurnObserver):
+    """Collects one turn and writes it once, at its end. Blocks are encoded to JSON as
+    they arrive, so the turn's block objects are not kept alive (nor scanned by the
+    garbage collector) until the end."""
+
+    def __init__(self, log: SessionLog, turn_id: int) -> None:
+        self.log = log
+        self.turn_id = turn_id
+        self.raw = log.raw
+        self.started = time.perf_counter()
+        self.first: float | None = None
+        self.blocks: list[str] = []
+        self.errors: list[dict[str, str]] = []
+        self.chunks: list[bytes] = []
+
+    def on_raw(self, chunks: Sequence[bytes]) -> None:
+        self.chunks.extend(chunks)
+
+    def on_items(self, items: Sequence[Block | CucaError]) -> None:
+        if self.first is None:
+            self.first = time.perf_counter() - self.started
+        # a plain text delta, the bulk of any stream, is written without a dict
+        encoded = [
+            '{"type":"Text","value":' + _json_string(i.text) + "}"
+            if type(i) is Text and i.signature is None and i.provider is None
+            else None
+            for i in items
+        ]
+        if None not in encoded:
+            self.blocks += cast(list[str], encoded)
+            return
+        for item, text in zip(items, encoded, strict=True):
+            if text is not None:
+                self.blocks.append(text)
+            elif isinstance(item, CucaError):
+                self.errors.append(_error_json(item))
+            else:
+                block = json.dumps(unstructure(item), ensure_ascii=False, separators=(",", ":"))
+                self.blocks.append(block)
+
+    def on_end(self, end: TurnEnd) -> None:
+        values: dict[str, Any] = {
+            "status": end.status,
+            "blocks": "[" + ",".join(self.blocks) + "]",
+            "errors": json.dumps(self.errors, ensure_ascii=False),
+            "first_block_s": self.first,
+            "total_s": time.perf_counter() - self.started,
+        }
+        if end.error is not None:
+            values["error"] = json.dumps(_error_json(end.error), ensure_ascii=False)
+        response = end.response
+        if response is not None:
+            values["usage"] = _json_or_none(response.usage)
+            values["cache_usage"] = _json_or_none(response.prompt_cache_usage)
+            values["finish_reason"] = response.finish_reason
+            cost = response.cost
+            values["cost"] = None if cost is None else f"{cost:f}"
+        if self.raw:
+            values["raw"] = b"".join(self.chunks)
+        self.log._finish(self.turn_id, values)
+
+
+def _block_json(block: Block) -> Any:
+    """A block in cuca's JSON form (also for ``LoggedTurn.to_dict``)."""
+    return unstructure(block)
+
+
+def _error_json(error: BaseException) -> dict[str, str]:
+    return {"kind": type(error).__name__, "message": str(error)}
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(unstructure(value))
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _loads(text: str | None, cls: Any) -> Any:
+    return None if text is None else structure(json.loads(text), cls)
+
+
+def _turn(row: Sequence[Any]) -> LoggedTurn:
+    (turn_id, started, status, pid, provider, model, request, blocks, errors, error,
+     usage, cache, finish, cost, first, total, raw) = row  # fmt: skip
+    if status == "running" and not _alive(pid):
+        status = "interrupted"
+    return LoggedTurn(
+        id=turn_id,
+        started_at=datetime.fromisoformat(started),
+        status=status,
+        provider=provider,
+        model=model,
+        request=_loads(request, UnifiedRequest),
+        blocks=tuple(_loads(blocks, list[Block]) or ()),
+        errors=tuple(json.loads(errors)) if errors else (),
+        error=json.loads(error) if error else None,
+        usage=_loads(usage, TokenUsage),
+        prompt_cache_usage=_loads(cache, PromptCacheUsage),
+        finish_reason=finish,
+        cost=None if cost is None else Decimal(cost),
+        first_block_seconds=first,
+        total_seconds=total,
+        raw=raw,
+    )
