@@ -1,0 +1,113 @@
+"""Traces: one OpenTelemetry span per turn, following the GenAI semantic conventions.
+
+``OtelPlugin()`` is a plugin (``pip install 'cuca[otel]'``, which brings only the
+OpenTelemetry API; the application chooses the SDK and the exporter). Each turn becomes a
+``CLIENT`` span named ``chat {model}`` with the ``gen_ai.*`` request, response and usage
+attributes, and an event when the first block arrived.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+
+from .errors import CucaError
+from .observe import TurnEnd, TurnObserver
+from .plugins import CucaPlugin
+from .types import Block, UnifiedRequest
+
+__all__ = ["FIRST_BLOCK_EVENT", "OtelPlugin", "provider_name"]
+
+FIRST_BLOCK_EVENT = "gen_ai.response.first_chunk"
+"""The span event recorded when the first block (or error item) of a turn arrived."""
+
+_PROVIDER_NAMES = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "google_gemini": "gcp.gemini",
+    "deepseek": "deepseek",
+}
+
+
+def provider_name(kind: str) -> str:
+    """``gen_ai.provider.name`` for a cuca endpoint kind: the convention's well-known
+    value where there is one (``gcp.gemini`` for Gemini), else cuca's own name
+    (``llama_cpp``, ``vllm``, ``lm_studio``, ``local``, ``custom:NAME``)."""
+    return _PROVIDER_NAMES.get(kind, kind)
+
+
+class OtelPlugin(CucaPlugin):
+    """A plugin that traces every turn as one span, on ``tracer_provider`` (the global
+    one by default). The span starts when the request leaves the request hooks and ends
+    with the turn; it is a child of the span current in the task that runs the turn.
+    """
+
+    name = "otel"
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        from cuca import __version__
+
+        self._tracer = trace.get_tracer("cuca", __version__, tracer_provider=tracer_provider)
+
+    def observe(self, request: UnifiedRequest) -> TurnObserver:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_name(str(request.provider)),
+            "gen_ai.request.model": request.model,
+            "gen_ai.request.stream": request.stream,
+        }
+        if request.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            attributes["gen_ai.request.temperature"] = request.temperature
+        span = self._tracer.start_span(
+            f"chat {request.model}", kind=SpanKind.CLIENT, attributes=attributes
+        )
+        return _SpanObserver(span)
+
+
+class _SpanObserver(TurnObserver):
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.started = time.perf_counter()
+        self.first = False
+
+    def on_items(self, items: Sequence[Block | CucaError]) -> None:
+        if not self.first:
+            self.first = True
+            seconds = time.perf_counter() - self.started
+            self.span.set_attribute("gen_ai.response.time_to_first_chunk", seconds)
+            self.span.add_event(
+                FIRST_BLOCK_EVENT, {"gen_ai.response.time_to_first_chunk": seconds}
+            )
+
+    def on_end(self, end: TurnEnd) -> None:
+        span = self.span
+        response = end.response
+        if response is not None:
+            if response.finish_reason is not None:
+                span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
+            usage = response.usage
+            if usage is not None:
+                span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+                span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+                if usage.reasoning_tokens is not None:
+                    span.set_attribute(
+                        "gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens
+                    )
+            cache = response.prompt_cache_usage
+            if cache is not None:
+                span.set_attribute("gen_ai.usage.cache_read.input_tokens", cache.read_tokens)
+                span.set_attribute(
+                    "gen_ai.usage.cache_creation.input_tokens", cache.write_tokens
+                )
+        if end.error is not None:
+            span.set_attribute("error.type", type(end.error).__name__)
+            span.set_status(Status(StatusCode.ERROR, str(end.error)))
+        elif end.status == "cancelled":  # the consumer left early: not an error
+            span.set_attribute("cuca.turn.cancelled", True)
+        span.end()
