@@ -25,7 +25,7 @@ from .types import UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
     from cuca.plugins import CucaPlugin
-    from cuca.stages.context import TurnContext
+    from cuca.stages.context import Stage, TurnContext
     from cuca.stages.pipeline import Pipeline
     from cuca.types import Block
 
@@ -64,38 +64,44 @@ class TurnObserver:
 
 
 class _Watch:
-    """The observers of one turn, created when the request leaves the request hooks."""
+    """The observers of one turn, created when the request leaves the request hooks.
+    An observer that raises is reported under its plugin's name."""
 
     def __init__(self, plugins: Sequence[CucaPlugin], ctx: TurnContext) -> None:
         self.plugins = plugins
         self.ctx = ctx
-        self.observers: list[TurnObserver] | None = None
+        self.observers: list[tuple[str, TurnObserver]] | None = None
+        self.raw: list[tuple[str, TurnObserver]] = []
 
-    def start(self, request: UnifiedRequest) -> list[TurnObserver]:
+    def start(self, request: UnifiedRequest) -> list[tuple[str, TurnObserver]]:
         if self.observers is None:
             self.observers = []
             for plugin in self.plugins:
                 try:
                     observer = plugin.observe(request)
                 except Exception as exc:
-                    raise PluginError(plugin.name, f"observe failed: {exc}") from exc
+                    raise _failed(plugin.name, "observe", exc) from exc
                 if observer is not None:
-                    self.observers.append(observer)
+                    self.observers.append((plugin.name, observer))
+            self.raw = [pair for pair in self.observers if pair[1].raw]
         return self.observers
 
     def end(self, end: TurnEnd) -> None:
-        observers = self.start(self.ctx.request)
         failure: PluginError | None = None
-        for observer in observers:
+        for name, observer in self.start(self.ctx.request):
             try:
                 observer.on_end(end)
             except Exception as exc:
-                failure = failure or PluginError(type(observer).__name__, f"on_end failed: {exc}")
+                failure = failure or _failed(name, "on_end", exc)
         if failure is not None and end.status != "cancelled":
             raise failure
 
 
-def _starting(watch: _Watch) -> Any:
+def _failed(name: str, hook: str, exc: Exception) -> PluginError:
+    return PluginError(name, f"{hook} failed: {type(exc).__name__}: {exc}")
+
+
+def _starting(watch: _Watch) -> Stage:
     async def observe_start(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
@@ -107,28 +113,33 @@ def _starting(watch: _Watch) -> Any:
     return observe_start
 
 
-def _raw_tap(watch: _Watch) -> Any:
+def _raw_tap(watch: _Watch) -> Stage:
     async def observe_raw(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
         async for batch in receive:
-            for observer in watch.observers or ():
-                if observer.raw:
+            for name, observer in watch.raw:
+                try:
                     observer.on_raw(batch)
+                except Exception as exc:
+                    raise _failed(name, "on_raw", exc) from exc
             await send.send(batch)
 
     return observe_raw
 
 
-def _ending(watch: _Watch) -> Any:
+def _ending(watch: _Watch) -> Stage:
     async def observe_items(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
         end = TurnEnd("cancelled")
         try:
             async for batch in receive:
-                for observer in watch.observers or watch.start(watch.ctx.request):
-                    observer.on_items(batch)
+                for name, observer in watch.start(watch.ctx.request):
+                    try:
+                        observer.on_items(batch)
+                    except Exception as exc:
+                        raise _failed(name, "on_items", exc) from exc
                 await send.send(batch)
             error = watch.ctx.error
             if error is None:
