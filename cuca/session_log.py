@@ -1,11 +1,12 @@
 """The session log: every turn recorded to one SQLite file, readable and replayable.
 
 ``SessionLog(path)`` is a plugin. Each turn gets a row when its request leaves the
-request hooks (status ``running``) and the rest when it ends: every block in cuca's JSON
-form, the error items, the error that ended it, usage, cost, timing, and the raw response
-bytes when ``raw=True``. Each write is its own transaction in WAL mode, so concurrent
-turns, threads and processes share the file, and a process killed mid-turn leaves every
-finished turn intact; its unfinished row reads back as ``interrupted``.
+request hooks (status ``running``) and the rest when it ends: its blocks in cuca's
+JSON form (deltas merged), the error items, the error that ended it, usage, cost,
+timing, and the raw response bytes when ``raw=True``. Each write is its own
+transaction in WAL mode, so concurrent turns, threads and processes share the file, and
+a process killed mid-turn leaves every finished turn intact; its unfinished row reads
+back as ``interrupted``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from json.encoder import encode_basestring as _json_string
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import attrs
 
@@ -28,6 +28,7 @@ from .convert import structure, unstructure
 from .errors import ConfigurationError, CucaError
 from .observe import TurnEnd, TurnObserver
 from .plugins import CucaPlugin
+from .stream import merge_blocks
 from .types import Block, PromptCacheUsage, Text, TokenUsage, UnifiedRequest
 
 __all__ = ["LoggedTurn", "SessionLog"]
@@ -65,10 +66,11 @@ class LoggedTurn:
     """One turn as the session log holds it.
 
     ``status`` is ``ok``, ``error``, ``cancelled``, ``running`` (still streaming in a live
-    process) or ``interrupted`` (its process died mid-turn). ``blocks`` are the deltas as
-    streamed; ``errors`` the non-fatal error items and ``error`` the one that ended the turn,
-    each as ``{"kind": class name, "message": text}``. ``raw`` is the response body when
-    the log was opened with ``raw=True``.
+    process) or ``interrupted`` (its process died mid-turn). ``blocks`` are the blocks the
+    consumer received, deltas merged as in a `Completion`; ``errors`` the non-fatal error
+    items and ``error`` the one that ended the turn, each as ``{"kind": class name,
+    "message": text}``. ``raw`` is the response body when the log was opened with
+    ``raw=True``.
     """
 
     id: int
@@ -97,7 +99,7 @@ class LoggedTurn:
             "provider": self.provider,
             "model": self.model,
             "request": unstructure(self.request),
-            "blocks": [_block_json(b) for b in self.blocks],
+            "blocks": [unstructure(b) for b in self.blocks],
             "errors": list(self.errors),
             "error": self.error,
             "usage": unstructure(self.usage),
@@ -204,9 +206,11 @@ class SessionLog(CucaPlugin):
 
 
 class _Recorder(TurnObserver):
-    """Collects one turn and writes it once, at its end. Blocks are encoded to JSON as
-    they arrive, so the turn's block objects are not kept alive (nor scanned by the
-    garbage collector) until the end."""
+    """Collects one turn and writes it once, at its end.
+
+    A run of plain text deltas (the bulk of any stream) is kept as its strings and
+    joined at the end; the turn's blocks are stored merged, as a `Completion` holds them.
+    """
 
     def __init__(self, log: SessionLog, turn_id: int) -> None:
         self.log = log
@@ -214,7 +218,8 @@ class _Recorder(TurnObserver):
         self.raw = log.raw
         self.started = time.perf_counter()
         self.first: float | None = None
-        self.blocks: list[str] = []
+        self.blocks: list[Block] = []  # the blocks so far, but the current text run
+        self.texts: list[str] = []  # the current run of plain text deltas
         self.errors: list[dict[str, str]] = []
         self.chunks: list[bytes] = []
 
@@ -224,29 +229,34 @@ class _Recorder(TurnObserver):
     def on_items(self, items: Sequence[Block | CucaError]) -> None:
         if self.first is None:
             self.first = time.perf_counter() - self.started
-        # a plain text delta, the bulk of any stream, is written without a dict
-        encoded = [
-            '{"type":"Text","value":' + _json_string(i.text) + "}"
-            if type(i) is Text and i.signature is None and i.provider is None
-            else None
+        texts = [
+            i.text
             for i in items
+            if type(i) is Text and i.signature is None and i.provider is None
         ]
-        if None not in encoded:
-            self.blocks += cast(list[str], encoded)
+        if len(texts) == len(items):
+            self.texts += texts
             return
-        for item, text in zip(items, encoded, strict=True):
-            if text is not None:
-                self.blocks.append(text)
+        for item in items:
+            if type(item) is Text and item.signature is None and item.provider is None:
+                self.texts.append(item.text)
             elif isinstance(item, CucaError):
                 self.errors.append(_error_json(item))
             else:
-                block = json.dumps(unstructure(item), ensure_ascii=False, separators=(",", ":"))
-                self.blocks.append(block)
+                self._end_text_run()
+                self.blocks.append(item)
+
+    def _end_text_run(self) -> None:
+        if self.texts:
+            self.blocks.append(Text("".join(self.texts)))
+            self.texts = []
 
     def on_end(self, end: TurnEnd) -> None:
+        self._end_text_run()
+        blocks = [unstructure(b) for b in merge_blocks(self.blocks)]
         values: dict[str, Any] = {
             "status": end.status,
-            "blocks": "[" + ",".join(self.blocks) + "]",
+            "blocks": json.dumps(blocks, ensure_ascii=False),
             "errors": json.dumps(self.errors, ensure_ascii=False),
             "first_block_s": self.first,
             "total_s": time.perf_counter() - self.started,
@@ -263,11 +273,6 @@ class _Recorder(TurnObserver):
         if self.raw:
             values["raw"] = b"".join(self.chunks)
         self.log._finish(self.turn_id, values)
-
-
-def _block_json(block: Block) -> Any:
-    """A block in cuca's JSON form (also for ``LoggedTurn.to_dict``)."""
-    return unstructure(block)
 
 
 def _error_json(error: BaseException) -> dict[str, str]:

@@ -126,6 +126,8 @@ async def test_cli_streams_answer_and_usage_line() -> None:
     assert out(result) == "Hello\n"
     usage = err(result).splitlines()[-1]
     assert usage.startswith("usage: prompt 42 (cache read 30, write 0) · completion 2 · ")
+    # gpt-4o-mini: 12 fresh input tokens, 30 cached at half the rate, 2 output tokens
+    assert " · reasoning n/a · $0.00000525 · " in usage
     assert usage.endswith(" · stop")
     (request,) = server.requests
     assert request.path == "/v1/chat/completions"

@@ -24,6 +24,7 @@ from cuca import (
     SessionLog,
     Text,
     UnifiedRequest,
+    merge_blocks,
 )
 from cuca.testing import Reply, chunk_sizes, logged_reply, open_replay_server
 
@@ -51,8 +52,7 @@ async def test_session_log_records_every_part_of_a_turn(tmp_path: Path) -> None:
     assert turn.status == "ok"
     assert (turn.provider, turn.model) == ("openai", "gpt-4o")
     assert turn.request == ask().set_max_tokens(50).with_provider(ProviderEndpoint.OPENAI)
-    assert "".join(b.text for b in turn.blocks if isinstance(b, Text)) == ANSWER
-    assert len(turn.blocks) == 9  # the deltas as streamed, not merged
+    assert turn.blocks == done.blocks == (Text(ANSWER),)  # nine deltas, merged
     assert (turn.errors, turn.error) == ((), None)
     assert turn.usage == done.response.usage
     assert turn.prompt_cache_usage == done.response.prompt_cache_usage
@@ -107,7 +107,8 @@ async def test_session_log_marks_a_dropped_turn_cancelled(tmp_path: Path) -> Non
                         break
         (turn,) = log.turns()
     assert turn.status == "cancelled"
-    assert turn.blocks[0] == Text("x")
+    (block,) = turn.blocks
+    assert isinstance(block, Text) and block.text and set(block.text) == {"x"}
     assert turn.usage is None and turn.error is None
 
 
@@ -231,7 +232,7 @@ async def test_cuca_logs_lists_shows_and_prints_json(tmp_path: Path) -> None:
     as_json = await trio.to_thread.run_sync(cuca_logs, str(db), "--json", "--raw")
     records = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [r["id"] for r in records] == [1, 2, 3]
-    assert records[0]["blocks"][0] == {"type": "Text", "value": "I'm"}
+    assert records[0]["blocks"] == [{"type": "Text", "value": ANSWER}]
     assert records[0]["raw"].encode() == TEXT
     assert records[0]["usage"] == {"prompt_tokens": 1117, "completion_tokens": 46,
                                    "reasoning_tokens": 0}  # fmt: skip
@@ -242,3 +243,34 @@ async def test_cuca_logs_lists_shows_and_prints_json(tmp_path: Path) -> None:
     nofile = await trio.to_thread.run_sync(cuca_logs, str(tmp_path / "none.db"))
     assert nofile.returncode == 2
     assert "no session log at" in nofile.stderr
+
+
+@pytest.mark.parametrize(
+    ("provider", "name", "suffix"),
+    [
+        (ProviderEndpoint.ANTHROPIC, "anthropic/thinking_two_tools", ""),
+        (ProviderEndpoint.ANTHROPIC, "anthropic/redacted_thinking", ""),
+        (ProviderEndpoint.ANTHROPIC, "anthropic/malformed_tool", ""),
+        (ProviderEndpoint.GOOGLE_GEMINI, "gemini/thoughts_parallel_calls", ""),
+        (ProviderEndpoint.GOOGLE_GEMINI, "gemini/text_signature", ""),
+    ],
+)
+async def test_session_log_blocks_are_exactly_the_streamed_items(
+    tmp_path: Path, provider: ProviderEndpoint, name: str, suffix: str
+) -> None:
+    """Thinking with signatures, tool calls, signed text and error items interleaved with
+    plain text deltas: every block comes back, merged exactly as `merge_blocks` does."""
+    streamed: list[object] = []
+    with SessionLog(tmp_path / "log.db") as log:
+        async with open_replay_server(Reply(transcript(name), chunks=[3] * 50)) as server:
+            async with CucaClient(
+                provider, base_url=server.url + suffix, api_key="k", plugins=[log]
+            ) as client:
+                async with client.generate_stream(ask()) as stream:
+                    streamed = [item async for item in stream]
+        (turn,) = log.turns()
+    blocks = [i for i in streamed if not isinstance(i, CucaError)]
+    errors = [i for i in streamed if isinstance(i, CucaError)]
+    assert turn.blocks == merge_blocks(blocks)
+    assert list(turn.errors) == [{"kind": type(e).__name__, "message": str(e)} for e in errors]
+    assert any(not isinstance(b, Text) or b.signature for b in blocks)  # not just plain text

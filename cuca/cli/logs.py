@@ -78,7 +78,7 @@ def summary_line(turn: LoggedTurn) -> str:
         _seconds(turn.total_seconds),
         text[:60] + ("…" if len(text) > 60 else ""),
     ]
-    return "  ".join(fields)
+    return "  ".join(fields).rstrip()
 
 
 def show(turn: LoggedTurn) -> str:

@@ -25,7 +25,7 @@ from bench_openai_stream import API_KEY, MODEL
 from cuca import CucaClient, CucaPlugin, ProviderEndpoint, SessionLog, Text, UnifiedRequest
 
 CHUNKS = 20_000
-ROUNDS = 7
+ROUNDS = 11
 HERE = Path(__file__).resolve().parent
 
 
