@@ -47,8 +47,6 @@ from .observe import TurnEnd as TurnEnd
 from .observe import TurnObserver as TurnObserver
 from .plugins import CucaPlugin as CucaPlugin
 from .retry import RetryPolicy as RetryPolicy
-from .session_log import LoggedTurn as LoggedTurn
-from .session_log import SessionLog as SessionLog
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks
@@ -86,6 +84,8 @@ if _typing.TYPE_CHECKING:
     from .providers.openai_config import OpenAiApi as OpenAiApi
     from .providers.openai_config import OpenAiConfig as OpenAiConfig
     from .providers.registry import register_adapter as register_adapter
+    from .session_log import LoggedTurn as LoggedTurn
+    from .session_log import SessionLog as SessionLog
 
 _LAZY: dict[str, str] = {
     "Capabilities": "cuca.engine",
@@ -97,6 +97,8 @@ _LAZY: dict[str, str] = {
     "OpenAiApi": "cuca.providers.openai_config",
     "OpenAiConfig": "cuca.providers.openai_config",
     "register_adapter": "cuca.providers.registry",
+    "LoggedTurn": "cuca.session_log",
+    "SessionLog": "cuca.session_log",
 }
 """Names resolved on first use: name -> the module that defines it."""
 

@@ -14,7 +14,16 @@ from pathlib import Path
 
 import cuca
 
-HEAVY = ("jinja2", "llama_cpp", "cuca.engine", "cuca.providers", "cuca.cli")
+HEAVY = (
+    "jinja2",
+    "llama_cpp",
+    "cuca.engine",
+    "cuca.providers",
+    "cuca.cli",
+    "sqlite3",
+    "genai_prices",
+    "opentelemetry",
+)
 
 
 def loaded_after(code: str) -> set[str]:
@@ -94,3 +103,17 @@ def test_imports_lazy_names_are_visible_to_dir_and_to_type_checkers() -> None:
                 for alias in stmt.names:
                     checked[alias.name] = f"cuca.{stmt.module}"
     assert checked == cuca._LAZY
+
+
+def test_imports_session_log_prices_and_traces_load_on_first_use() -> None:
+    """sqlite3 with the session log, genai-prices with the first cost, OpenTelemetry
+    only with cuca.otel."""
+    modules = loaded_after("import cuca\ncuca.SessionLog")
+    assert {"cuca.session_log", "sqlite3"} <= modules
+    assert not {m for m in modules if m.startswith(("genai_prices", "opentelemetry"))}
+    code = (
+        "from cuca import ProviderEndpoint, TokenUsage, UnifiedResponse\n"
+        "UnifiedResponse(ProviderEndpoint.OPENAI, 'gpt-4o', TokenUsage(1, 1)).cost"
+    )
+    assert "genai_prices" in loaded_after(code)
+    assert "opentelemetry.trace" in loaded_after("import cuca.otel")
