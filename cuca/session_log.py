@@ -128,13 +128,17 @@ class SessionLog(CucaPlugin):
         self.raw = raw
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA busy_timeout = 10000")
-        # large pages: a long turn's blocks are one row of several hundred kilobytes
-        self._db.execute("PRAGMA page_size = 16384")  # takes effect in a new file only
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._db.execute(_SCHEMA)
-        self._mark_interrupted()
+        try:
+            self._db.execute("PRAGMA busy_timeout = 10000")
+            # large pages: a long turn's blocks are one row of several hundred kilobytes
+            self._db.execute("PRAGMA page_size = 16384")  # takes effect in a new file only
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.execute(_SCHEMA)
+            self._mark_interrupted()
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise ConfigurationError(f"cannot open the session log {self.path}: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"SessionLog({str(self.path)!r}, raw={self.raw})"

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from support.transcripts import transcript
 
 from cuca import (
+    ConfigurationError,
     CucaClient,
     CucaError,
     CucaPlugin,
@@ -274,3 +275,17 @@ async def test_session_log_blocks_are_exactly_the_streamed_items(
     assert turn.blocks == merge_blocks(blocks)
     assert list(turn.errors) == [{"kind": type(e).__name__, "message": str(e)} for e in errors]
     assert any(not isinstance(b, Text) or b.signature for b in blocks)  # not just plain text
+
+
+async def test_session_log_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    """The user sees ``configuration error: cannot open the session log notes.txt: file
+    is not a database``, from the library and from ``cuca logs``."""
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database, " * 100)
+    with pytest.raises(ConfigurationError, match=r"cannot open the session log .*notes\.txt"):
+        SessionLog(path)
+    shown = await trio.to_thread.run_sync(cuca_logs, str(path))
+    assert shown.returncode == 2
+    assert shown.stderr.startswith("cuca: error: cannot open the session log ")
+    assert "not a database" in shown.stderr and "Traceback" not in shown.stderr
+    assert path.read_text() == "not a database, " * 100  # untouched

@@ -21,7 +21,11 @@ def run_logs(args: argparse.Namespace, console: Console) -> int:
     path = Path(args.path)
     if not path.is_file():
         raise CliError(f"no session log at {path}", EXIT_USAGE)
-    with SessionLog(path) as log:
+    try:
+        log = SessionLog(path)
+    except ConfigurationError as exc:
+        raise CliError(str(exc).removeprefix("configuration error: "), EXIT_USAGE) from None
+    with log:
         if args.id is not None:
             try:
                 turns = [log.turn(args.id)]
