@@ -339,7 +339,7 @@ def test_testing_exports_public_surface() -> None:
     public -= {"conformance"}  # the kit's subpackage, once any test imported it
     assert public == {
         "Feedable", "RecordedRequest", "ReplayServer", "Replies", "Reply", "chunk_sizes",
-        "chunkings", "feed_chunks", "open_replay_server", "split_points",
+        "chunkings", "feed_chunks", "logged_reply", "open_replay_server", "split_points",
     }
     for name in public:
         assert getattr(cuca.testing, name) is not None
