@@ -274,7 +274,7 @@ class _Recorder(TurnObserver):
             values["finish_reason"] = response.finish_reason
             cost = response.cost
             values["cost"] = None if cost is None else f"{cost:f}"
-        if self.raw:
+        if self.chunks:  # only with raw=True, on HTTP turns that received a body
             values["raw"] = b"".join(self.chunks)
         self.log._finish(self.turn_id, values)
 

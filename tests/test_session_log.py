@@ -289,3 +289,56 @@ async def test_session_log_refuses_a_file_that_is_not_a_database(tmp_path: Path)
     assert shown.stderr.startswith("cuca: error: cannot open the session log ")
     assert "not a database" in shown.stderr and "Traceback" not in shown.stderr
     assert path.read_text() == "not a database, " * 100  # untouched
+
+
+async def test_session_log_and_traces_on_a_local_engine_turn(tmp_path: Path) -> None:
+    """The in-process engine has no transport: no raw bytes, everything else is logged,
+    its exact usage included; no price for a model on your own hardware."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from cuca import LocalModel
+    from cuca.engine import default_model_path
+    from cuca.otel import OtelPlugin
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    request = UnifiedRequest.new("smollm2").add_user_message("Name a colour.").set_max_tokens(8)
+    with LocalModel.load(default_model_path(), n_ctx=1024) as model:
+        with SessionLog(tmp_path / "log.db", raw=True) as log:
+            async with CucaClient(
+                ProviderEndpoint.LOCAL, local_model=model,
+                plugins=[log, OtelPlugin(tracer_provider=provider)],
+            ) as client:
+                done = await client.generate(request)
+            (turn,) = log.turns()
+    assert turn.status == "ok" and turn.provider == "local"
+    assert turn.blocks == done.blocks and done.text
+    assert turn.usage == done.response.usage and turn.usage is not None
+    assert turn.prompt_cache_usage == done.response.prompt_cache_usage
+    assert turn.raw is None and turn.cost is None
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["gen_ai.provider.name"] == "local"
+    assert span.attributes["gen_ai.usage.output_tokens"] == turn.usage.completion_tokens
+
+
+async def test_cuca_chat_log_records_turns_that_cuca_logs_shows(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    async with open_replay_server(Reply(TEXT)) as server:
+        for prompt in ("first question", "second question"):
+            args = ["chat", "--provider", "openai", "--base-url", server.url + "/v1",
+                    "--api-key", "sk-test", "--model", "gpt-4o", "--log", str(db),
+                    prompt]  # fmt: skip
+            result = await trio.run_process(
+                [sys.executable, "-m", "cuca", *args], capture_stdout=True, capture_stderr=True
+            )
+            assert result.stdout.decode() == ANSWER + "\n"
+    listed = await trio.to_thread.run_sync(cuca_logs, str(db))
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 2 and all("  ok  openai/gpt-4o  1117/46  $" in line for line in lines)
+    with SessionLog(db) as log:
+        turns = log.turns()
+    assert [t.request.messages[-1].text() for t in turns] == ["first question", "second question"]

@@ -18,6 +18,7 @@ import trio
 
 from cuca.client import CucaClient
 from cuca.errors import ConfigurationError, CucaError
+from cuca.plugins import CucaPlugin
 from cuca.retry import RetryPolicy
 from cuca.types import ProviderEndpoint, UnifiedRequest
 
@@ -58,8 +59,14 @@ def make_client(settings: ChatSettings, model: LocalModel | None = None) -> Cuca
         route = LlamaRoute(settings.route or LlamaRoute.CHAT.value)
         config = LlamaCppConfig(route=route, n_threads=settings.threads)
     retry = None if settings.retries is None else RetryPolicy(max_retries=settings.retries)
+    plugins: list[CucaPlugin] = []
+    if settings.log is not None:
+        from cuca.session_log import SessionLog
+
+        plugins.append(SessionLog(settings.log))
     return CucaClient(
         settings.provider,
+        plugins=plugins,
         base_url=settings.base_url,
         api_key=settings.api_key,
         provider_config=config,

@@ -107,6 +107,7 @@ class ChatSettings:
     json: bool = False
     timeout: float | None = None
     retries: int | None = None
+    log: Path | None = None
 
     @property
     def is_local(self) -> bool:
@@ -242,4 +243,5 @@ def resolve_chat(
         json=bool(args.json),
         timeout=args.timeout,
         retries=args.retries,
+        log=_path(args.log),
     )

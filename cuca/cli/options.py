@@ -89,6 +89,9 @@ def _add_chat(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "--chat-template-file", metavar="FILE", help="a jinja chat template (local provider)"
     )
     chat.add_argument("--json", action="store_true", help="one JSON line per stream item")
+    chat.add_argument(
+        "--log", metavar="PATH", help="record every turn in this session log (see cuca logs)"
+    )
 
 
 def _add_models(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
