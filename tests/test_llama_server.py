@@ -7,12 +7,14 @@ cuca reports is compared with what the server sent, not with guesses.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from support.corpus import TEMPLATES, template_corpus
 from support.llama_server import LlamaServer, running_llama_server
 
 from cuca import (
@@ -20,22 +22,25 @@ from cuca import (
     CucaError,
     HttpStatusError,
     ProviderEndpoint,
+    ReadTimeout,
+    RetryPolicy,
+    StreamIncomplete,
     Text,
     Thinking,
     ThinkingEffort,
+    Timeouts,
     ToolCall,
     UnifiedRequest,
     UnifiedResponse,
+    merge_blocks,
 )
 from cuca.providers.base import Item
 from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
 
-HERE = Path(__file__).resolve().parent
-# A real tool-capable template when the template corpus has been fetched (see
-# support/corpus.py), else our small ChatML + Hermes-style tools template.
-CORPUS_TEMPLATE = HERE.parent / ".cache" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
-OWN_TEMPLATE = HERE / "templates" / "chatml_tools.jinja"
-TOOL_TEMPLATE = CORPUS_TEMPLATE if CORPUS_TEMPLATE.is_file() else OWN_TEMPLATE
+# Qwen3's template, from the template corpus (fetched on first use, whatever ran before):
+# SmolLM2 speaks the same ChatML, and llama-server knows the template's tool-call and
+# <think> formats, so it parses both out of the model's output.
+TOOL_TEMPLATE = "Qwen-Qwen3-0.6B.jinja"
 SERVER_KEY = "llama-test-key-7c1e"
 
 pytestmark = pytest.mark.slow
@@ -49,8 +54,10 @@ def llama_server() -> Iterator[LlamaServer]:
 
 @pytest.fixture(scope="session")
 def llama_tool_server() -> Iterator[LlamaServer]:
-    """A second server with a tool-capable template, requiring an API key."""
-    args = ["--jinja", "--chat-template-file", str(TOOL_TEMPLATE), "--api-key", SERVER_KEY]
+    """A second server with a tool- and reasoning-capable template, requiring an API key."""
+    template_corpus()  # the templates are in TEMPLATES from here on
+    template = str(TEMPLATES / TOOL_TEMPLATE)
+    args = ["--jinja", "--chat-template-file", template, "--api-key", SERVER_KEY]
     with running_llama_server(args) as server:
         yield server
 
@@ -70,13 +77,22 @@ class _Tee(httpx.AsyncByteStream):
 
 
 class RecordingTransport(httpx.AsyncBaseTransport):
-    """Passes requests to the network and keeps a copy of every response body."""
+    """Passes requests to the network and keeps a copy of every response body.
 
-    def __init__(self) -> None:
+    `extra` keys are added to each JSON request body: llama-server's own parameters
+    (``grammar``) or ones cuca's request has no field for (``tool_choice``).
+    """
+
+    def __init__(self, extra: dict[str, Any] | None = None) -> None:
         self._inner = httpx.AsyncHTTPTransport()
         self.bodies: list[bytearray] = []
+        self.extra = extra or {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.extra:
+            body = {**json.loads(request.content), **self.extra}
+            headers = {k: v for k, v in request.headers.items() if k != "content-length"}
+            request = httpx.Request(request.method, request.url, headers=headers, json=body)
         response = await self._inner.handle_async_request(request)
         record = bytearray()
         self.bodies.append(record)
@@ -102,9 +118,13 @@ def server_frames(body: bytes) -> list[dict[str, Any]]:
 
 
 async def turn(
-    url: str, request: UnifiedRequest, config: LlamaCppConfig | None = None, key: str | None = None
+    url: str,
+    request: UnifiedRequest,
+    config: LlamaCppConfig | None = None,
+    key: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[list[Item], UnifiedResponse | None, bytes]:
-    transport = RecordingTransport()
+    transport = RecordingTransport(extra)
     items: list[Item] = []
     async with httpx.AsyncClient(transport=transport, timeout=None) as http:
         client = CucaClient(
@@ -173,6 +193,25 @@ async def test_llama_server_chat_accepts_thinking_effort(llama_server: LlamaServ
     assert response is not None and response.usage is not None
 
 
+async def test_llama_server_reasoning_arrives_as_thinking(llama_tool_server: LlamaServer) -> None:
+    """A grammar makes the model write a reasoning block; llama-server sends it as
+    reasoning_content, and the user sees a Thinking block, then the answer's Text."""
+    grammar = 'root ::= "<think>" "I will greet." "</think>" "Hi!"'
+    request = prompt("Say hi.", 32).set_thinking(ThinkingEffort.LOW)
+    config = LlamaCppConfig(api_key=SERVER_KEY)
+    items, response, body = await turn(
+        llama_tool_server.url, request, config, extra={"grammar": grammar}
+    )
+    sent = [f["choices"][0]["delta"] for f in server_frames(body) if f.get("choices")]
+    assert "".join(d.get("reasoning_content") or "" for d in sent).strip() == "I will greet."
+    blocks = merge_blocks([item for item in items if not isinstance(item, CucaError)])
+    assert [type(block) for block in blocks] == [Thinking, Text]
+    assert blocks[0].text.strip() == "I will greet."
+    assert blocks[1].text.strip() == "Hi!"
+    assert response is not None and response.usage is not None
+    assert response.usage.completion_tokens > 0
+
+
 @pytest.mark.parametrize("n_predict", [1, 5])
 async def test_llama_server_completion_honours_n_predict(
     llama_server: LlamaServer, n_predict: int
@@ -202,22 +241,38 @@ async def test_llama_server_completion_default_n_predict(llama_server: LlamaServ
     assert final["generation_settings"]["n_predict"] == 128
 
 
-async def test_llama_server_tools_decode_without_error(llama_tool_server: LlamaServer) -> None:
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def weather_questions(tools: bool) -> UnifiedRequest:
+    """Three questions answered with a call each, then a fourth: a pattern the model
+    follows (this llama-server ignores ``tool_choice: required`` and refuses a grammar
+    beside tools, so the prompt is what makes the 135M model call the tool)."""
+    request = UnifiedRequest.new("smollm2").set_max_tokens(48).set_temperature(0.0)
+    if tools:
+        request = request.add_tool("get_weather", "Get the current weather for a city", WEATHER)
+    for n, city in enumerate(["London", "Rome", "Berlin"]):
+        call = ToolCall(f"c{n}", "get_weather", {"city": city})
+        request = request.add_user_message(f"Weather in {city}?").add_assistant_message([call])
+    return request.add_user_message("Weather in Paris?")
+
+
+async def test_llama_server_tool_call_is_a_tool_call(llama_tool_server: LlamaServer) -> None:
+    """The model calls the declared tool; llama-server parses the call out of its output,
+    and the user gets a ToolCall of that name whose arguments parsed."""
     config = LlamaCppConfig(api_key=SERVER_KEY)
-    question = prompt("What is the weather in Paris? Use the tool.", 48)
-    _, plain, _ = await turn(llama_tool_server.url, question, config)
-    request = question.add_tool(
-        "get_weather",
-        "Get the current weather for a city",
-        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    )
-    items, response, _ = await turn(llama_tool_server.url, request, config)
+    _, plain, _ = await turn(llama_tool_server.url, weather_questions(False), config)
+    items, response, body = await turn(llama_tool_server.url, weather_questions(True), config)
     assert not [item for item in items if isinstance(item, CucaError)]
-    assert all(isinstance(item, (Text, Thinking, ToolCall)) for item in items)
+    calls = [item for item in items if isinstance(item, ToolCall)]
+    assert [(call.name, call.arguments) for call in calls] == [("get_weather", {"city": "Paris"})]
+    sent = [f["choices"][0]["delta"] for f in server_frames(body) if f.get("choices")]
+    (server_id,) = {c["id"] for d in sent for c in d.get("tool_calls") or [] if c.get("id")}
+    assert calls[0].id == server_id
     assert response is not None and response.usage is not None
     assert plain is not None and plain.usage is not None
     assert response.usage.prompt_tokens > plain.usage.prompt_tokens + 20  # tools rendered
-    assert response.finish_reason in {"stop", "length", "tool_calls"}
+    assert response.finish_reason == "tool_calls"
 
 
 async def test_llama_server_api_key_required_and_sent(llama_tool_server: LlamaServer) -> None:
@@ -226,3 +281,67 @@ async def test_llama_server_api_key_required_and_sent(llama_tool_server: LlamaSe
     assert caught.value.status == 401
     items, _, _ = await turn(llama_tool_server.url, prompt("Hi", 2), key=SERVER_KEY)
     assert all(isinstance(item, Text) for item in items)
+
+
+# -- faults injected into the real server ---------------------------------------------------
+
+STORY = prompt("Tell me a long story about a dragon.", 200)
+
+
+@pytest.fixture
+def fault_server() -> Iterator[LlamaServer]:
+    """A server of its own, for a test that stops or kills it."""
+    with running_llama_server() as server:
+        yield server
+        if server.process.poll() is None:
+            os.kill(server.process.pid, signal.SIGCONT)  # so that it can be stopped
+
+
+def fault_client(server: LlamaServer, read_timeout: float | None = None) -> CucaClient:
+    return CucaClient(
+        ProviderEndpoint.LLAMA_CPP,
+        base_url=server.url,
+        timeout=Timeouts(read=read_timeout),
+        retry=RetryPolicy.never(),
+    )
+
+
+async def test_llama_server_stopped_mid_stream_is_a_read_timeout(fault_server: LlamaServer) -> None:
+    """The server freezes (SIGSTOP) mid-stream: with a 1 s read timeout the user gets the
+    blocks sent before, then ReadTimeout; once the server resumes, the next turn works."""
+    items: list[Item] = []
+    async with fault_client(fault_server, read_timeout=1.0) as client:
+        with pytest.raises(ReadTimeout):
+            async with client.generate_stream(STORY) as stream:
+                async for item in stream:
+                    items.append(item)
+                    if len(items) == 1:
+                        os.kill(fault_server.process.pid, signal.SIGSTOP)
+        os.kill(fault_server.process.pid, signal.SIGCONT)
+        done = await client.generate(prompt("Name a colour.", 8))
+    assert items and all(isinstance(item, Text) for item in items)
+    assert done.text
+    assert done.response.usage is not None and done.response.usage.completion_tokens > 0
+
+
+async def test_llama_server_killed_mid_stream_is_stream_incomplete(
+    fault_server: LlamaServer,
+) -> None:
+    """The server dies (SIGKILL) mid-stream: the user gets the blocks sent before, then
+    StreamIncomplete; a server restarted on the same port serves the same client's next
+    turn."""
+    items: list[Item] = []
+    port = httpx.URL(fault_server.url).port
+    async with fault_client(fault_server) as client:
+        with pytest.raises(StreamIncomplete):
+            async with client.generate_stream(STORY) as stream:
+                async for item in stream:
+                    items.append(item)
+                    if len(items) == 1:
+                        fault_server.process.kill()
+        fault_server.process.wait()
+        with running_llama_server(port=port):
+            done = await client.generate(prompt("Name a colour.", 8))
+    assert items and all(isinstance(item, Text) for item in items)
+    assert done.text
+    assert done.response.usage is not None and done.response.usage.completion_tokens > 0

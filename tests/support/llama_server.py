@@ -102,10 +102,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def running_llama_server(extra_args: Sequence[str] = ()) -> Iterator[LlamaServer]:
-    """Start ``llama-server`` on a free loopback port with one thread, a 2048-token
-    context and one slot; wait for ``/health``; stop it on exit."""
-    port = free_port()
+def running_llama_server(
+    extra_args: Sequence[str] = (), port: int | None = None
+) -> Iterator[LlamaServer]:
+    """Start ``llama-server`` on `port` (a free loopback port by default) with one thread,
+    a 2048-token context and one slot; wait for ``/health``; stop it on exit."""
+    port = free_port() if port is None else port
     args = [
         str(server_binary()),
         *("--model", str(model_path())),
