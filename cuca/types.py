@@ -476,11 +476,17 @@ class PromptCacheUsage:
 
 @attrs.frozen
 class TurnSummary:
-    """What a decoder or the engine learned about a turn besides its blocks."""
+    """What a decoder or the engine learned about a turn besides its blocks.
+
+    ``counted_usage`` holds counts the adapter made itself where the server reports
+    none (llama.cpp's ``/completion`` route: ``prompt_tokens`` 0, ``completion_tokens``
+    one per Text block), while ``usage`` stays ``None``.
+    """
 
     usage: TokenUsage | None = None
     prompt_cache_usage: PromptCacheUsage | None = None
     finish_reason: str | None = None
+    counted_usage: TokenUsage | None = None
 
 
 @attrs.frozen
@@ -492,6 +498,9 @@ class UnifiedResponse:
     usage: TokenUsage | None = None
     prompt_cache_usage: PromptCacheUsage | None = None
     finish_reason: str | None = None
+    counted_usage: TokenUsage | None = None
+    """Counts the adapter made itself where the server reports no usage (llama.cpp's
+    ``/completion`` route); ``None`` elsewhere. Not token counts: see the provider page."""
 
     @property
     def cost(self) -> Decimal | None:

@@ -56,6 +56,8 @@ DEFAULT_BASE_URL = "https://api.anthropic.com/v1"
 DEEPSEEK_BRIDGE_URL = "https://api.deepseek.com/anthropic"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 1024
+"""Seed 001: "That adapter sends 1024 when the field is unset". With thinking on, these
+1024 tokens are left for the answer after the thinking budget."""
 
 BUDGET_TOKENS = {
     ThinkingEffort.MINIMAL: 1024,
@@ -90,11 +92,15 @@ class AnthropicConfig:
     ``bearer_token`` replaces the API key: it is sent as ``Authorization: Bearer`` and
     no ``x-api-key`` goes out. ``betas`` are sent as one ``anthropic-beta`` header
     (``("interleaved-thinking-2025-05-14",)`` lets Claude 4 models think between tool
-    calls). ``repr`` never shows the token.
+    calls). ``adaptive_thinking`` chooses how a unified ``ThinkingEffort`` is sent:
+    ``False`` (the default) as a ``budget_tokens`` budget, ``True`` as adaptive thinking
+    with an ``output_config.effort`` (models that take adaptive thinking, Claude Opus 4.6
+    and later). ``repr`` never shows the token.
     """
 
     bearer_token: str | None = attrs.field(default=None, repr=_hide)
     betas: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    adaptive_thinking: bool = False
 
 
 @attrs.frozen
@@ -119,7 +125,12 @@ DEEPSEEK_BRIDGE = _Dialect(
 
 
 def make_anthropic(settings: ClientSettings) -> AnthropicAdapter:
-    """The adapter for ``ProviderEndpoint.ANTHROPIC``."""
+    """The adapter for ``ProviderEndpoint.ANTHROPIC``.
+
+    A key (or bearer token) is required for Anthropic's own URL. With a ``base_url`` set
+    it is optional: a local gateway (LocalAI, a proxy) may serve ``/messages`` without
+    one, and then no auth header is sent.
+    """
     config = settings.provider_config
     if not isinstance(config, AnthropicConfig):
         config = AnthropicConfig()
@@ -131,7 +142,13 @@ def make_anthropic(settings: ClientSettings) -> AnthropicAdapter:
         headers["authorization"] = f"Bearer {config.bearer_token}"
     elif settings.api_key:
         headers["x-api-key"] = settings.api_key
-    return AnthropicAdapter(ANTHROPIC, f"{base}/messages", headers)
+    return AnthropicAdapter(
+        ANTHROPIC,
+        f"{base}/messages",
+        headers,
+        key_required=not settings.base_url,
+        adaptive=config.adaptive_thinking,
+    )
 
 
 def make_deepseek_bridge(settings: ClientSettings) -> AnthropicAdapter:
@@ -160,20 +177,31 @@ def deepseek_bridge_model(model: str) -> str:
 class AnthropicAdapter(ProviderAdapter):
     """Encodes requests for, and decodes streams of, the Anthropic Messages API."""
 
-    def __init__(self, dialect: _Dialect, url: str, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        dialect: _Dialect,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        key_required: bool = True,
+        adaptive: bool = False,
+    ) -> None:
         self.endpoint = dialect.endpoint
         self.dialect = dialect
         self.url = url
         self.headers = dict(headers)
+        self.key_required = key_required
+        self.adaptive = adaptive
 
     def __repr__(self) -> str:
         return f"AnthropicAdapter({self.dialect.name!r}, {self.url!r})"
 
     def encode(self, request: UnifiedRequest) -> HttpRequest:
-        if "x-api-key" not in self.headers and "authorization" not in self.headers:
+        keyed = "x-api-key" in self.headers or "authorization" in self.headers
+        if self.key_required and not keyed:
             raise ConfigurationError(self.dialect.missing_key)
         bridge = self.dialect.bridge
-        max_tokens = request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS
+        max_tokens = _max_tokens(request)
         body: dict[str, Any] = {
             "model": deepseek_bridge_model(request.model) if bridge else request.model,
             "max_tokens": max_tokens,
@@ -191,7 +219,7 @@ class AnthropicAdapter(ProviderAdapter):
             refuse(self.dialect.name, request.output_schema)
             body.update(_bridge_thinking(request.thinking))
         else:
-            body.update(_thinking(request.thinking, max_tokens))
+            body.update(_thinking(request.thinking, max_tokens, adaptive=self.adaptive))
         if request.output_schema is not None:
             output = body.setdefault("output_config", {})
             output["format"] = anthropic_format(request.output_schema)
@@ -241,19 +269,43 @@ def _tools(request: UnifiedRequest, cache: PromptCache | None) -> list[dict[str,
     return tools
 
 
-def _thinking(config: ThinkingConfig | None, max_tokens: int) -> dict[str, Any]:
-    """Anthropic's thinking keys: a budget from the unified effort, or a native
-    override (``budget_tokens``, adaptive ``effort``). Disabled sends nothing."""
+def _implied_budget(config: ThinkingConfig | None) -> int | None:
+    """The thinking budget a request implies: its native ``budget_tokens``, else the
+    budget column for its effort (MEDIUM when unset); ``None`` with thinking off."""
+    if config is None or not config.enabled:
+        return None
+    params = config.params
+    if isinstance(params, AnthropicThinkingParams) and params.budget_tokens is not None:
+        return params.budget_tokens
+    return BUDGET_TOKENS[config.effort or ThinkingEffort.MEDIUM]
+
+
+def _max_tokens(request: UnifiedRequest) -> int:
+    """The request's ``max_tokens``; when unset, 1024 (the API requires the key), plus
+    the implied thinking budget when thinking is on, so that the seed's 1024 tokens are
+    left for the answer instead of refusing the request."""
+    if request.max_tokens is not None:
+        return request.max_tokens
+    return DEFAULT_MAX_TOKENS + (_implied_budget(request.thinking) or 0)
+
+
+def _thinking(config: ThinkingConfig | None, max_tokens: int, *, adaptive: bool) -> dict[str, Any]:
+    """Anthropic's thinking keys: the unified effort as a budget (or, with ``adaptive``,
+    as an adaptive effort), or a native override (``budget_tokens``, adaptive
+    ``effort``). Disabled sends nothing."""
     if config is None or not config.enabled:
         return {}
     params = config.params if isinstance(config.params, AnthropicThinkingParams) else None
+    if params is None and adaptive:
+        effort = ADAPTIVE_EFFORT[config.effort or ThinkingEffort.MEDIUM]
+        return {"thinking": {"type": "adaptive"}, "output_config": {"effort": effort}}
     keys: dict[str, Any] = {}
     if params is not None and params.effort is not None:
         keys["thinking"] = {"type": "adaptive"}
         keys["output_config"] = {"effort": _adaptive_effort(params.effort)}
     budget = params.budget_tokens if params is not None else None
     if budget is None and "thinking" not in keys:
-        budget = BUDGET_TOKENS[config.effort or ThinkingEffort.MEDIUM]
+        budget = _implied_budget(config)
     if budget is not None:
         if max_tokens <= budget:
             raise ConfigurationError(

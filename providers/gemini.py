@@ -59,9 +59,13 @@ parse (its lines are re-joined and re-parsed as they come, so this bounds that w
 
 
 def make_gemini(settings: ClientSettings) -> GeminiAdapter:
-    """The adapter for ``ProviderEndpoint.GOOGLE_GEMINI``."""
+    """The adapter for ``ProviderEndpoint.GOOGLE_GEMINI``.
+
+    A key is required for Google's own URL. With a ``base_url`` set it is optional: a
+    local gateway may serve Gemini's routes without one, and then no key header is sent.
+    """
     base = (settings.base_url or DEFAULT_BASE_URL).rstrip("/")
-    return GeminiAdapter(base, settings.api_key)
+    return GeminiAdapter(base, settings.api_key, key_required=not settings.base_url)
 
 
 class GeminiAdapter(ProviderAdapter):
@@ -69,20 +73,23 @@ class GeminiAdapter(ProviderAdapter):
 
     endpoint = GEMINI
 
-    def __init__(self, base_url: str, api_key: str | None) -> None:
+    def __init__(self, base_url: str, api_key: str | None, *, key_required: bool = True) -> None:
         self.base_url = base_url
         self._api_key = api_key
+        self.key_required = key_required
 
     def __repr__(self) -> str:
         return f"GeminiAdapter({self.base_url!r})"
 
     def encode(self, request: UnifiedRequest) -> HttpRequest:
-        if not self._api_key:
+        if self.key_required and not self._api_key:
             raise ConfigurationError("gemini requires an api key")
         model = request.model.removeprefix("models/")
         method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
         url = f"{self.base_url}/v1beta/models/{model}:{method}"
-        headers = {"x-goog-api-key": self._api_key, "content-type": "application/json"}
+        headers = {"content-type": "application/json"}
+        if self._api_key:
+            headers["x-goog-api-key"] = self._api_key
         return HttpRequest(url, headers, encode_body(request))
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:

@@ -16,7 +16,14 @@ import attrs
 
 from cuca.errors import ConfigurationError, ProviderError
 from cuca.stages.sse import SseEvent
-from cuca.types import MessageRole, ProviderEndpoint, Text, TurnSummary, UnifiedRequest
+from cuca.types import (
+    MessageRole,
+    ProviderEndpoint,
+    Text,
+    TokenUsage,
+    TurnSummary,
+    UnifiedRequest,
+)
 
 from .base import (
     ClientSettings,
@@ -111,16 +118,16 @@ def make_llama_cpp(settings: ClientSettings) -> ProviderAdapter:
 def completion_prompt(request: UnifiedRequest) -> str:
     """The conversation as one prompt string.
 
-    System text comes first as bare context; user and assistant turns follow, each on
+    System text comes first as bare context, wherever the system messages stand in the
+    conversation (seed 002); user and assistant turns follow, each on
     its own line after a ``### User:`` or ``### Assistant:`` marker. Only Text blocks
     count, and Tool messages are skipped. The prompt ends with an open ``### Assistant:``
     marker, or continues the last assistant turn when the conversation ends with one.
     """
-    lines: list[str] = []
+    system = [m.text() for m in request.messages if m.role is MessageRole.SYSTEM]
+    lines: list[str] = system
     for message in request.messages:
-        if message.role is MessageRole.SYSTEM:
-            lines.append(message.text())
-        elif message.role is MessageRole.USER:
+        if message.role is MessageRole.USER:
             lines.append(f"### User: {message.text()}")
         elif message.role is MessageRole.ASSISTANT:
             text = "".join(b.text for b in message.content if isinstance(b, Text))
@@ -181,8 +188,9 @@ class CompletionDecoder(StreamDecoder):
 
     Only ``stop: false`` frames carry new text: the final ``stop: true`` frame is empty in
     current builds and repeated the whole answer in old ones, so its content is never
-    used. No token counts are read: the summary's usage is ``None``, and
-    ``text_blocks`` counts the Text blocks produced. The stream ends with the byte stream.
+    used. No token counts are read: the summary's ``usage`` is ``None``, and its
+    ``counted_usage`` has ``prompt_tokens`` 0 and ``completion_tokens`` one per Text block
+    (seed 002). The stream ends with the byte stream.
     """
 
     def __init__(self) -> None:
@@ -214,4 +222,5 @@ class CompletionDecoder(StreamDecoder):
         return []
 
     def summary(self) -> TurnSummary:
-        return TurnSummary(usage=None, finish_reason=self._finish_reason)
+        counted = TokenUsage(prompt_tokens=0, completion_tokens=self.text_blocks)
+        return TurnSummary(usage=None, finish_reason=self._finish_reason, counted_usage=counted)

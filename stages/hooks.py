@@ -100,4 +100,5 @@ def _response(ctx: TurnContext) -> UnifiedResponse:
         usage=summary.usage,
         prompt_cache_usage=summary.prompt_cache_usage,
         finish_reason=summary.finish_reason,
+        counted_usage=summary.counted_usage,
     )

@@ -222,9 +222,9 @@ def test_anthropic_encode_thinking_budget_table(effort: ThinkingEffort | None, b
     assert "output_config" not in encoded
 
 
-def test_anthropic_encode_thinking_budget_must_be_below_max_tokens() -> None:
+def test_anthropic_encode_thinking_budget_must_be_below_a_set_max_tokens() -> None:
     with pytest.raises(ConfigurationError, match=r"budget_tokens \(2048\).*max_tokens \(1024\)"):
-        body(REQUEST.set_thinking(ThinkingEffort.LOW))
+        body(REQUEST.set_thinking(ThinkingEffort.LOW).set_max_tokens(1024))
     with pytest.raises(ConfigurationError):
         body(REQUEST.set_thinking(ThinkingEffort.LOW).set_max_tokens(2048))
     assert body(REQUEST.set_thinking(ThinkingEffort.LOW).set_max_tokens(2049))["thinking"]
