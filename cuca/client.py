@@ -15,12 +15,15 @@ from .errors import ConfigurationError, CucaError, DeadlineExceeded
 from .plugins import CucaPlugin
 from .retry import RetryPolicy
 from .stream import Completion, ResponseStream, completion
+from .turn import TurnState
 from .types import Block, ProviderEndpoint, UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
     from cuca.engine.model import LocalModel
+    from cuca.observe import _Watch
     from cuca.providers.base import ProviderAdapter
-    from cuca.stages.pipeline import Insertion, NamedStage, Pipeline
+    from cuca.stages.pipeline import Insertion, Pipeline
+    from cuca.stages.points import Point
 
 __all__ = ["CucaClient", "ResponseFuture", "Timeouts"]
 
@@ -92,7 +95,7 @@ class CucaClient:
         timeout: Timeouts | float | None = None,
         provider_config: Any = None,
         local_model: LocalModel | None = None,
-        stages: Sequence[Insertion] = (),
+        stages: Sequence[Insertion[Any]] = (),
         http_client: httpx.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
@@ -160,40 +163,52 @@ class CucaClient:
         return self._adapter
 
     def pipeline(
-        self, ctx: Any, stages: Sequence[Insertion] = (), retry: RetryPolicy | None = None
+        self, stages: Sequence[Insertion[Any]] = (), retry: RetryPolicy | None = None
     ) -> Pipeline:
-        """The pipeline of one turn: the built-in stages plus the user's insertions."""
-        from cuca.observe import watched
-        from cuca.stages.hooks import chunk_hooks_stage, request_hooks_stage
+        """The pipeline of one turn: a stage for each point of the HTTP or the local
+        table (:mod:`cuca.stages.points`), plus the user's insertions."""
         from cuca.stages.pipeline import NamedStage, Pipeline
+        from cuca.stages.points import HTTP_PIPELINE, LOCAL_PIPELINE
 
-        first: list[NamedStage] = [
-            NamedStage("request_hooks", request_hooks_stage(self.plugins, ctx))
-        ]
-        last = [NamedStage("chunk_hooks", chunk_hooks_stage(self.plugins, ctx))]
         if self.provider == ProviderEndpoint.LOCAL:
             if self.local_model is None:
                 raise ConfigurationError("the local provider requires local_model=LocalModel")
-            from cuca.engine.worker import turn_stages
-
-            middle = [NamedStage(n, s) for n, s in turn_stages(self.local_model, ctx)]
+            table, built = LOCAL_PIPELINE, self._local_stages()
         else:
-            middle = self._http_stages(ctx, retry or self.retry)
-        pipeline = Pipeline(first + middle + last).extended([*self.stages, *stages])
-        return watched(pipeline, self.plugins, ctx)
+            table, built = HTTP_PIPELINE, self._http_stages(retry or self.retry)
+        stages_ = [NamedStage(point.name, built[point]) for point in table]
+        return Pipeline(stages_).extended([*self.stages, *stages])
 
-    def _http_stages(self, ctx: Any, retry: RetryPolicy) -> list[NamedStage]:
+    def _hook_stages(self) -> dict[Point[Any, Any], Any]:
+        from cuca.stages.hooks import chunk_hooks_stage, request_hooks_stage
+        from cuca.stages.points import CHUNK_HOOKS, REQUEST_HOOKS
+
+        return {
+            REQUEST_HOOKS: request_hooks_stage(self.plugins),
+            CHUNK_HOOKS: chunk_hooks_stage(self.plugins),
+        }
+
+    def _http_stages(self, retry: RetryPolicy) -> dict[Point[Any, Any], Any]:
         from cuca.stages.http import decode_stage, encode_stage, sse_stage, transport_stage
-        from cuca.stages.pipeline import NamedStage
+        from cuca.stages.points import DECODE, ENCODE, SSE_PARSE, TRANSPORT
 
         adapter = self.adapter()
         http = self._http_client()
-        return [
-            NamedStage("encode", encode_stage(adapter.encode)),
-            NamedStage("transport", transport_stage(http, adapter.error_message, retry)),
-            NamedStage("sse_parse", sse_stage(adapter.new_framer)),
-            NamedStage("decode", decode_stage(adapter.new_decoder, ctx)),
-        ]
+        return {
+            **self._hook_stages(),
+            ENCODE: encode_stage(adapter.encode),
+            TRANSPORT: transport_stage(http, adapter.error_message, retry),
+            SSE_PARSE: sse_stage(adapter.new_framer),
+            DECODE: decode_stage(adapter.new_decoder),
+        }
+
+    def _local_stages(self) -> dict[Point[Any, Any], Any]:
+        from cuca.engine.worker import turn_stages
+        from cuca.stages.points import ENGINE, OUTPUT_PARSE
+
+        assert self.local_model is not None
+        engine, output_parse = turn_stages(self.local_model)
+        return {**self._hook_stages(), ENGINE: engine, OUTPUT_PARSE: output_parse}
 
     # -- running a turn ---------------------------------------------------------------
 
@@ -202,40 +217,56 @@ class CucaClient:
         self,
         request: UnifiedRequest,
         *,
-        stages: Sequence[Insertion] = (),
+        stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
     ) -> AsyncIterator[ResponseStream]:
         """Stream one turn. Leaving the block early (break, exception, cancellation)
         cancels the turn: the HTTP response is closed and every task of the turn has
         ended before this returns."""
-        from cuca.stages.context import TurnContext
+        from cuca.observe import watched
 
         request = attrs.evolve(request, provider=self.provider)
-        ctx = TurnContext(request)
-        pipeline = self.pipeline(ctx, stages, retry)
+        state = TurnState()
+        pipeline, watch = watched(self.pipeline(stages, retry), self.plugins, request)
         send, receive = trio.open_memory_channel[Sequence[Any]](0)
-        stream = ResponseStream(receive, ctx)
+        stream = ResponseStream(receive, state, request)
         with receive:
             async with background_nursery() as nursery:
-                nursery.start_soon(self._run, pipeline, ctx, request, send)
+                nursery.start_soon(self._run, pipeline, watch, state, request, send)
                 yield stream
 
-    async def _run(self, pipeline: Pipeline, ctx: Any, request: UnifiedRequest, send: Any) -> None:
-        total = self.timeouts.total
-        if total is None:
-            await pipeline.run(ctx, request, send)
-            return
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_deadline, total, ctx, nursery.cancel_scope)
-            await pipeline.run(ctx, request, send)
-            nursery.cancel_scope.cancel()
+    async def _run(
+        self,
+        pipeline: Pipeline,
+        watch: _Watch | None,
+        state: TurnState,
+        request: UnifiedRequest,
+        send: trio.MemorySendChannel[Any],
+    ) -> None:
+        """Run the turn; once every stage has ended, tell the observers how, then let
+        the consumer see the end."""
+        cancelled = True
+        try:
+            total = self.timeouts.total
+            if total is None:
+                await pipeline.run(state, request, send)
+            else:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_deadline, total, state, nursery.cancel_scope)
+                    await pipeline.run(state, request, send)
+                    nursery.cancel_scope.cancel()
+            cancelled = False
+        finally:
+            if watch is not None:
+                watch.finish(state, cancelled)
+            state.finished.set()
 
     @asynccontextmanager
     async def generate_stream_with_response(
         self,
         request: UnifiedRequest,
         *,
-        stages: Sequence[Insertion] = (),
+        stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
     ) -> AsyncIterator[tuple[ResponseStream, ResponseFuture]]:
         """Like :meth:`generate_stream`, also giving a handle on the response, which is
@@ -247,7 +278,7 @@ class CucaClient:
         self,
         request: UnifiedRequest,
         *,
-        stages: Sequence[Insertion] = (),
+        stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
     ) -> Completion:
         """Run one turn to its end and collect it: deltas merged into whole blocks, and
@@ -265,9 +296,9 @@ class CucaClient:
         return completion(blocks, errors, response, request.output_schema)
 
 
-async def _deadline(seconds: float, ctx: Any, scope: trio.CancelScope) -> None:
+async def _deadline(seconds: float, state: TurnState, scope: trio.CancelScope) -> None:
     """Fail the turn once ``seconds`` have passed (the error is recorded before any
     stage closes its channel, so the consumer always sees it)."""
     await trio.sleep(seconds)
-    ctx.fail(DeadlineExceeded(f"timed out: the turn exceeded its {seconds} s deadline"))
+    state.fail(DeadlineExceeded(f"timed out: the turn exceeded its {seconds} s deadline"))
     scope.cancel()

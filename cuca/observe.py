@@ -7,7 +7,9 @@ response, an error, or cancelled. The session log and the trace plugin are obser
 
 Three small stages do the watching, placed around the built-in ones: one after
 ``request_hooks`` (the turn starts), one after ``transport`` (raw bytes, HTTP only) and
-one at the very end (items and the end). A turn without observing plugins gets none.
+one at the very end (items, and the turn's ``EndOfTurn``). The client tells the
+observers how the turn ended once every stage has ended, before the consumer sees the
+end of the stream. A turn without observing plugins gets none.
 Observer methods are synchronous and should be quick: they run inside the turn. One that
 raises ends the turn with a :class:`~cuca.errors.PluginError`.
 """
@@ -21,12 +23,12 @@ import attrs
 import trio
 
 from .errors import CucaError, PluginError
+from .turn import EndOfTurn, TurnState
 from .types import UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
     from cuca.plugins import CucaPlugin
-    from cuca.stages.context import Stage, TurnContext
-    from cuca.stages.pipeline import Pipeline
+    from cuca.stages.pipeline import Pipeline, Stage
     from cuca.types import Block
 
 __all__ = ["TurnEnd", "TurnObserver", "watched"]
@@ -67,11 +69,12 @@ class _Watch:
     """The observers of one turn, created when the request leaves the request hooks.
     An observer that raises is reported under its plugin's name."""
 
-    def __init__(self, plugins: Sequence[CucaPlugin], ctx: TurnContext) -> None:
+    def __init__(self, plugins: Sequence[CucaPlugin], request: UnifiedRequest) -> None:
         self.plugins = plugins
-        self.ctx = ctx
+        self.request = request  # as given, until the request hooks have run
         self.observers: list[tuple[str, TurnObserver]] | None = None
         self.raw: list[tuple[str, TurnObserver]] = []
+        self.end_of_turn: EndOfTurn | None = None
 
     def start(self, request: UnifiedRequest) -> list[tuple[str, TurnObserver]]:
         if self.observers is None:
@@ -86,41 +89,51 @@ class _Watch:
             self.raw = [pair for pair in self.observers if pair[1].raw]
         return self.observers
 
-    def end(self, end: TurnEnd) -> None:
+    def finish(self, state: TurnState, cancelled: bool) -> None:
+        """Tell every observer how the turn ended (called by the client once every stage
+        has); an observer that fails ends a turn that was not cancelled."""
+        if state.error is not None:
+            end = TurnEnd("error", error=state.error)
+        elif self.end_of_turn is not None and not cancelled:
+            end = TurnEnd("ok", self.end_of_turn.response())
+        else:
+            end = TurnEnd("cancelled")
         failure: PluginError | None = None
-        for name, observer in self.start(self.ctx.request):
+        for name, observer in self.start(self.request):
             try:
                 observer.on_end(end)
             except Exception as exc:
                 failure = failure or _failed(name, "on_end", exc)
         if failure is not None and end.status != "cancelled":
-            raise failure
+            state.fail(failure)
 
 
 def _failed(name: str, hook: str, exc: Exception) -> PluginError:
     return PluginError(name, f"{hook} failed: {type(exc).__name__}: {exc}")
 
 
-def _starting(watch: _Watch) -> Stage:
+def _starting(watch: _Watch) -> Stage[Any, Any]:
     async def observe_start(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
         async for batch in receive:
             for request in batch:
+                watch.request = request
                 watch.start(request)
             await send.send(batch)
 
     return observe_start
 
 
-def _raw_tap(watch: _Watch) -> Stage:
+def _raw_tap(watch: _Watch) -> Stage[Any, Any]:
     async def observe_raw(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
         async for batch in receive:
-            for name, observer in watch.raw:
+            chunks = [chunk for chunk in batch if isinstance(chunk, bytes)]
+            for name, observer in watch.raw if chunks else ():
                 try:
-                    observer.on_raw(batch)
+                    observer.on_raw(chunks)
                 except Exception as exc:
                     raise _failed(name, "on_raw", exc) from exc
             await send.send(batch)
@@ -128,47 +141,39 @@ def _raw_tap(watch: _Watch) -> Stage:
     return observe_raw
 
 
-def _ending(watch: _Watch) -> Stage:
+def _ending(watch: _Watch) -> Stage[Any, Any]:
     async def observe_items(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
-        end = TurnEnd("cancelled")
-        try:
-            async for batch in receive:
-                for name, observer in watch.start(watch.ctx.request):
-                    try:
-                        observer.on_items(batch)
-                    except Exception as exc:
-                        raise _failed(name, "on_items", exc) from exc
-                await send.send(batch)
-            error = watch.ctx.error
-            if error is None:
-                end = TurnEnd("ok", watch.ctx.response)
-            else:
-                end = TurnEnd("error", error=error)
-        except trio.BrokenResourceError:
-            raise  # the consumer left: the turn was cancelled
-        except Exception as exc:
-            end = TurnEnd("error", error=exc)
-            raise
-        finally:
-            watch.end(end)
+        async for batch in receive:
+            items = [item for item in batch if not isinstance(item, EndOfTurn)]
+            if len(items) < len(batch):
+                watch.end_of_turn = next(i for i in batch if isinstance(i, EndOfTurn))
+            for name, observer in watch.start(watch.request) if items else ():
+                try:
+                    observer.on_items(items)
+                except Exception as exc:
+                    raise _failed(name, "on_items", exc) from exc
+            await send.send(batch)
 
     return observe_items
 
 
-def watched(pipeline: Pipeline, plugins: Sequence[CucaPlugin], ctx: TurnContext) -> Pipeline:
-    """``pipeline`` with the observing stages added, when a plugin observes turns."""
+def watched(
+    pipeline: Pipeline, plugins: Sequence[CucaPlugin], request: UnifiedRequest
+) -> tuple[Pipeline, _Watch | None]:
+    """``pipeline`` with the observing stages added, when a plugin observes turns, and
+    the watch whose ``finish`` the client calls at the end of the turn."""
     from .plugins import overrides
     from .stages.pipeline import after
 
     observing = [p for p in plugins if overrides(p, "observe")]
     if not observing:
-        return pipeline
-    watch = _Watch(observing, ctx)
+        return pipeline, None
+    watch = _Watch(observing, request)
     names = pipeline.names
     insertions = [after("request_hooks", _starting(watch), "observe_start")]
     if "transport" in names:
         insertions.append(after("transport", _raw_tap(watch), "observe_raw"))
     insertions.append(after(names[-1], _ending(watch), "observe_items"))
-    return pipeline.extended(insertions)
+    return pipeline.extended(insertions), watch

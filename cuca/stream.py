@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 import attrs
 import trio
 
-from .errors import CucaError, OutputValidationError
+from .errors import CucaError, OutputValidationError, PluginError
+from .turn import EndOfTurn, TurnState
 from .types import (
     Block,
     MessageRole,
@@ -16,26 +17,33 @@ from .types import (
     Text,
     Thinking,
     UnifiedMessage,
+    UnifiedRequest,
     UnifiedResponse,
 )
 
-if TYPE_CHECKING:
-    from cuca.stages.context import TurnContext
-
 __all__ = ["Completion", "ResponseStream", "merge_blocks"]
 
-Item = Block | CucaError
+Item: TypeAlias = Block | CucaError
+"""What a stream yields: a block, or an error that did not end the turn."""
 
 
 class ResponseStream:
     """The items of one turn, one at a time: blocks, and ``CucaError`` instances for
     errors that did not end the turn. An error that ended the turn is raised from the
     iteration after every item produced before it. ``response`` is set once the stream
-    has ended cleanly."""
+    has ended cleanly, from the turn's :class:`~cuca.turn.EndOfTurn`."""
 
-    def __init__(self, receive: trio.MemoryReceiveChannel[Sequence[Any]], ctx: TurnContext):
+    def __init__(
+        self,
+        receive: trio.MemoryReceiveChannel[Sequence[Any]],
+        state: TurnState,
+        request: UnifiedRequest,
+    ) -> None:
         self._receive = receive
-        self._ctx = ctx
+        self._state = state
+        self._request = request
+        self._end: EndOfTurn | None = None
+        self._response: UnifiedResponse | None = None
         self._batch: Sequence[Any] = ()
         self._index = 0
         self._ended = False
@@ -44,35 +52,48 @@ class ResponseStream:
         return self
 
     async def __anext__(self) -> Item:
-        while self._index >= len(self._batch):
-            if self._ended:
-                raise StopAsyncIteration
-            try:
-                self._batch = await self._receive.receive()
-            except (trio.EndOfChannel, trio.ClosedResourceError):
-                self._ended = True
-                self._batch, self._index = (), 0
-                # the last stage is done, but an upstream one may still fail (a user
-                # stage that closed its output early): the turn ends when all have
-                await self._ctx.finished.wait()
-                if self._ctx.error is not None:
-                    raise self._ctx.error from None
-                raise StopAsyncIteration from None
-            self._index = 0
-        item: Item = self._batch[self._index]
-        self._index += 1
-        return item
+        while True:
+            while self._index >= len(self._batch):
+                if self._ended:
+                    raise StopAsyncIteration
+                try:
+                    self._batch = await self._receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    self._ended = True
+                    self._batch, self._index = (), 0
+                    await self._finish()
+                    raise StopAsyncIteration from None
+                self._index = 0
+            item = self._batch[self._index]
+            self._index += 1
+            if type(item) is not EndOfTurn:
+                return item  # type: ignore[no-any-return]
+            self._end = item
+
+    async def _finish(self) -> None:
+        """The last stage is done, but an upstream one may still fail (a user stage that
+        closed its output early): the turn ends when all have."""
+        await self._state.finished.wait()
+        if self._state.error is not None:
+            raise self._state.error from None
+        if self._end is None:
+            raise PluginError(
+                "pipeline", "the turn ended without its EndOfTurn: a stage dropped it"
+            )
+        self._request = self._end.request
+        self._response = self._end.response()
 
     @property
     def response(self) -> UnifiedResponse | None:
         """The turn's terminal record: usage, cache usage, finish reason. ``None`` until
         the stream has ended, and after a turn that ended in an error."""
-        return None if self._ctx.error is not None else self._ctx.response
+        return self._response
 
     @property
-    def request(self) -> Any:
-        """The request as sent, after every plugin's ``on_request``."""
-        return self._ctx.request
+    def request(self) -> UnifiedRequest:
+        """The request as sent, after every plugin's ``on_request``, once the stream has
+        ended cleanly; before that, the request as given to the client."""
+        return self._request
 
 
 @attrs.frozen

@@ -7,7 +7,11 @@ produced since the last send into one list, so the per-token cost is a list appe
 The relay is bounded: when the consumer falls behind, the thread waits.
 
 ``output_parse`` feeds those pieces to an :class:`~cuca.engine.output.OutputParser`
-and, at the end, sets ``ctx.summary`` with the exact usage.
+and, at the end, emits the turn's :class:`~cuca.turn.EndOfTurn` with the exact usage.
+
+Both are chained stages (:mod:`cuca.stages.chain`): the relay's pump pushes each batch
+straight through the output parser and the hooks to the consumer's channel, so a token's
+way from the model's thread to the consumer costs one wake-up and one channel send.
 
 Between the two stages travel the records of :mod:`~cuca.engine.records`. This module
 builds the stages from a model; the model knows nothing of the stages.
@@ -22,15 +26,16 @@ touched by anyone else until it returns.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import trio
 
-from cuca.stages.context import Stage, TurnContext
+from cuca.stages.chain import Chained, Sink, Step
+from cuca.turn import EndOfTurn
 from cuca.types import TokenUsage, TurnSummary, UnifiedRequest
 
-from .output import Item, OutputParser, new_call_id
+from .output import OutputParser, new_call_id
 from .records import TokenSink, TurnEnd, TurnStart
 
 __all__ = [
@@ -69,6 +74,7 @@ class _Relay:
         self._wake_scheduled = False
         self._finished = False
         self._ready = trio.Event()
+        self.error: Exception | None = None
 
     # -- worker thread side --------------------------------------------------------
 
@@ -113,8 +119,10 @@ class _Relay:
             self._finished = True
         self._ready.set()
 
-    async def pump(self, send: trio.MemorySendChannel[Any]) -> None:
-        """Send every batch the thread produces until :meth:`finish`."""
+    async def pump(self, send: Sink[Any]) -> None:
+        """Send every batch the thread produces until :meth:`finish`. ``send`` runs the
+        chained stages after the engine; an error there is kept in ``error`` (and stops
+        the generation), so that it leaves the turn unwrapped."""
         try:
             while True:
                 await self._ready.wait()
@@ -130,15 +138,15 @@ class _Relay:
                     return
         except trio.BrokenResourceError:
             pass  # nobody listens any more: stop generating, quietly
+        except Exception as exc:
+            self.error = exc
         finally:
             self.stop_flag.set()
             with self._lock:
                 self._drained.notify_all()
 
 
-async def _run_turn(
-    generator: Generator, request: UnifiedRequest, send: trio.MemorySendChannel[Any]
-) -> TurnEnd:
+async def _run_turn(generator: Generator, request: UnifiedRequest, send: Sink[Any]) -> TurnEnd:
     """Generate for ``request`` in a worker thread, relaying its pieces to ``send``."""
     relay = _Relay(RELAY_LIMIT)
     error: Exception | None = None
@@ -153,75 +161,83 @@ async def _run_turn(
             error = exc
         finally:
             relay.finish()
+    error = relay.error or error
     if error is not None:
         raise error
     assert end is not None
     return end
 
 
-async def engine_stage(
-    generator: Generator,
-    receive: trio.MemoryReceiveChannel[Any],
-    send: trio.MemorySendChannel[Any],
-) -> None:
-    """The ``engine`` stage: each request in, its token pieces out (see module doc).
+def engine_stage(generator: Generator) -> Chained[UnifiedRequest, Any]:
+    """The ``engine`` stage: each request in, then its token pieces (see module doc).
 
-    Items that are not requests pass through unchanged.
+    The request itself goes first, so that ``output_parse`` can end the turn with it.
     """
-    async with send:
-        async for batch in receive:
-            for item in batch:
-                if not isinstance(item, UnifiedRequest):
-                    await send.send([item])
-                    continue
+
+    class Engine(Step[UnifiedRequest, Any]):
+        async def send(self, batch: Sequence[UnifiedRequest], /) -> None:
+            for request in batch:
+                await self.out.send([request])
                 async with generator.turn_lock:
-                    end = await _run_turn(generator, item, send)
-                await send.send([end])
+                    end = await _run_turn(generator, request, self.out)
+                await self.out.send([end])
+
+    return Chained(Engine)
 
 
-async def output_parse_stage(
-    ctx: TurnContext,
-    receive: trio.MemoryReceiveChannel[Any],
-    send: trio.MemorySendChannel[Any],
-    id_factory: Callable[[], str] = new_call_id,
-) -> None:
-    """The ``output_parse`` stage: token pieces in, lists of blocks and errors out.
+def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[Any, Any]:
+    """The ``output_parse`` stage: token pieces in, blocks and errors out, then the
+    :class:`~cuca.turn.EndOfTurn` built from the :class:`TurnEnd`."""
 
-    Sets ``ctx.summary`` from the :class:`TurnEnd`. Items it does not know pass through.
-    """
-    parser: OutputParser | None = None
-    token_ends: list[int] = []
-    offset = 0
-    async with send:
-        async for batch in receive:
-            out: list[Item | Any] = []
+    class OutputParse(Step[Any, Any]):
+        def __init__(self, out: Sink[Any]) -> None:
+            super().__init__(out)
+            self.parser: OutputParser | None = None
+            self.request: UnifiedRequest | None = None
+            self.token_ends: list[int] = []
+            self.offset = 0
+
+        async def send(self, batch: Sequence[Any], /) -> None:
+            out: list[Any] = []
+            parser = self.parser
             for item in batch:
                 if isinstance(item, str) and parser is not None:
                     out += parser.feed(item)
-                    offset += len(item)
-                    token_ends.append(offset)
+                    self.offset += len(item)
+                    self.token_ends.append(self.offset)
                 elif isinstance(item, TurnStart):
-                    parser = OutputParser(
+                    parser = self.parser = OutputParser(
                         item.output_format,
                         thinking_enabled=item.thinking_enabled,
                         id_factory=id_factory,
                     )
-                    token_ends, offset = [], 0
+                    self.token_ends, self.offset = [], 0
                 elif isinstance(item, TurnEnd) and parser is not None:
-                    out += parser.feed(item.tail)
-                    if token_ends:
-                        token_ends[-1] += len(item.tail)
-                    out += parser.close()
-                    ctx.summary = _summary(item, parser.reasoning_token_count(token_ends))
-                    parser = None
-                else:
-                    out.append(item)
+                    out += self._end(parser, item)
+                    parser = self.parser = None
+                elif isinstance(item, UnifiedRequest):
+                    self.request = item
             if out:
-                await send.send(out)
-        if parser is not None:  # the engine failed mid-turn: flush what was held back
-            rest = parser.close()
-            if rest:
-                await send.send(rest)
+                await self.out.send(out)
+
+        def _end(self, parser: OutputParser, end: TurnEnd) -> list[Any]:
+            out: list[Any] = parser.feed(end.tail)
+            if self.token_ends:
+                self.token_ends[-1] += len(end.tail)
+            out += parser.close()
+            summary = _summary(end, parser.reasoning_token_count(self.token_ends))
+            if self.request is not None:
+                out.append(EndOfTurn(self.request, summary))
+            return out
+
+        async def aclose(self) -> None:
+            if self.parser is not None:  # the engine failed mid-turn: flush what was held
+                rest = self.parser.close()
+                if rest:
+                    await self.out.send(rest)
+            await self.out.aclose()
+
+    return Chained(OutputParse)
 
 
 def _summary(end: TurnEnd, reasoning_tokens: int | None) -> TurnSummary:
@@ -234,18 +250,7 @@ def _summary(end: TurnEnd, reasoning_tokens: int | None) -> TurnSummary:
     return TurnSummary(usage=usage, prompt_cache_usage=cache, finish_reason=end.finish_reason)
 
 
-def turn_stages(generator: Generator, ctx: TurnContext) -> list[tuple[str, Stage]]:
-    """The named ``engine`` and ``output_parse`` stages of one turn on ``generator``
-    (a :class:`~cuca.engine.LocalModel`)."""
-
-    async def engine(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        await engine_stage(generator, receive, send)
-
-    async def output_parse(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        await output_parse_stage(ctx, receive, send)
-
-    return [("engine", engine), ("output_parse", output_parse)]
+def turn_stages(generator: Generator) -> tuple[Chained[UnifiedRequest, Any], Chained[Any, Any]]:
+    """The ``engine`` and ``output_parse`` stages of one turn on ``generator`` (a
+    :class:`~cuca.engine.LocalModel`)."""
+    return engine_stage(generator), output_parse_stage()

@@ -1,23 +1,38 @@
-"""The stage actors of a turn and the pipeline that wires them.
+"""The stages of a turn and the pipeline that wires them.
 
-A stage is ``async def stage(receive, send) -> None``: it reads batches (lists) from
-``receive``, writes batches to ``send`` and closes ``send`` when its input ends. The
-built-in points of a turn over HTTP are ``request_hooks``, ``encode``, ``transport``,
+The built-in points of a turn, and the item type at each hop, are declared once in
+:mod:`cuca.stages.points`: over HTTP ``request_hooks``, ``encode``, ``transport``,
 ``sse_parse``, ``decode`` and ``chunk_hooks``; on the local engine ``request_hooks``,
-``engine``, ``output_parse`` and ``chunk_hooks``. Insert your own with :func:`before`
-or :func:`after`; :func:`map_items` and :func:`tap` build simple stages from a function.
+``engine``, ``output_parse`` and ``chunk_hooks``. The built-in stages are chained: they
+run in one task, and a channel exists only where a user stage was inserted. Insert your
+own with :func:`before` or :func:`after` (a point, or its name); :func:`map_items` and
+:func:`tap` build simple stages from a function.
 """
 
-from .context import Stage as Stage
-from .context import TurnContext as TurnContext
+from cuca.turn import EndOfTurn as EndOfTurn
+
 from .custom import map_items as map_items
 from .custom import tap as tap
-from .pipeline import HTTP_POINTS as HTTP_POINTS
-from .pipeline import LOCAL_POINTS as LOCAL_POINTS
+from .items import EncodedRequest as EncodedRequest
+from .items import ResponseHead as ResponseHead
 from .pipeline import Insertion as Insertion
 from .pipeline import NamedStage as NamedStage
 from .pipeline import Pipeline as Pipeline
+from .pipeline import Stage as Stage
 from .pipeline import after as after
 from .pipeline import before as before
+from .points import CHUNK_HOOKS as CHUNK_HOOKS
+from .points import DECODE as DECODE
+from .points import ENCODE as ENCODE
+from .points import ENGINE as ENGINE
+from .points import HTTP_PIPELINE as HTTP_PIPELINE
+from .points import HTTP_POINTS as HTTP_POINTS
+from .points import LOCAL_PIPELINE as LOCAL_PIPELINE
+from .points import LOCAL_POINTS as LOCAL_POINTS
+from .points import OUTPUT_PARSE as OUTPUT_PARSE
+from .points import REQUEST_HOOKS as REQUEST_HOOKS
+from .points import SSE_PARSE as SSE_PARSE
+from .points import TRANSPORT as TRANSPORT
+from .points import Point as Point
 from .sse import SseEvent as SseEvent
 from .sse import SseParser as SseParser

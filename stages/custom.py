@@ -3,32 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
-from .context import Stage
+from cuca.turn import EndOfTurn
+
+from .items import ResponseHead
+from .pipeline import Stage
 
 __all__ = ["map_items", "tap"]
 
+T = TypeVar("T")
 
-def map_items(fn: Callable[[Any], Any]) -> Stage:
+_CONTROL = (EndOfTurn, ResponseHead)
+"""Items that carry the turn itself: ``map_items`` passes them on untouched."""
+
+
+def map_items(fn: Callable[[T], T | None]) -> Stage[T, T]:
     """A stage that replaces each item with ``fn(item)``, dropping it when ``fn`` returns
     ``None``. Between ``decode`` and ``chunk_hooks`` the items are blocks and errors;
-    between ``transport`` and ``sse_parse`` they are ``bytes`` chunks."""
+    between ``transport`` and ``sse_parse`` they are ``bytes`` chunks. The turn's own
+    records (the ``ResponseHead``, the ``EndOfTurn``) pass on without ``fn`` seeing them."""
 
     async def mapped(
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
         async for batch in receive:
-            out = [new for new in map(fn, batch) if new is not None]
+            out = [
+                item if isinstance(item, _CONTROL) else fn(item)
+                for item in batch
+            ]
+            out = [item for item in out if item is not None]
             if out:
                 await send.send(out)
 
     return mapped
 
 
-def tap(fn: Callable[[Any], Awaitable[None] | None]) -> Stage:
+def tap(fn: Callable[[T], Awaitable[None] | None]) -> Stage[T, T]:
     """A stage that shows each item to ``fn`` (sync or async) and passes it on."""
 
     async def tapped(

@@ -1,17 +1,20 @@
-"""The two plugin stages: request hooks at the start of a turn, chunk hooks at the end."""
+"""The two plugin stages: request hooks at the start of a turn, chunk hooks at the end.
+
+Both only run hooks; with no plugin that overrides their hooks, they pass items on at
+no cost.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import trio
-
 from cuca.errors import CucaError, PluginError
 from cuca.plugins import CucaPlugin, overrides
-from cuca.types import UnifiedRequest, UnifiedResponse
+from cuca.turn import EndOfTurn
+from cuca.types import UnifiedRequest
 
-from .context import Stage, TurnContext
+from .chain import Chained, Step, passthrough
 
 __all__ = ["chunk_hooks_stage", "request_hooks_stage"]
 
@@ -20,14 +23,15 @@ def _plugin_error(plugin: CucaPlugin, hook: str, exc: Exception) -> PluginError:
     return PluginError(plugin.name, f"{hook} failed: {type(exc).__name__}: {exc}")
 
 
-def request_hooks_stage(plugins: Sequence[CucaPlugin], ctx: TurnContext) -> Stage:
+def request_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[UnifiedRequest, UnifiedRequest]:
     """Run every plugin's ``on_request`` in order; an error aborts the turn."""
     hooked = [p for p in plugins if overrides(p, "on_request")]
+    if not hooked:
+        return Chained(passthrough)
 
-    async def request_hooks(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
+    class RequestHooks(Step[UnifiedRequest, UnifiedRequest]):
+        async def send(self, batch: Sequence[UnifiedRequest], /) -> None:
+            out: list[UnifiedRequest] = []
             for request in batch:
                 for plugin in hooked:
                     try:
@@ -36,17 +40,20 @@ def request_hooks_stage(plugins: Sequence[CucaPlugin], ctx: TurnContext) -> Stag
                         raise _plugin_error(plugin, "on_request", exc) from exc
                     if not isinstance(request, UnifiedRequest):
                         raise PluginError(plugin.name, "on_request must return a request")
-                ctx.request = request
-                await send.send([request])
+                out.append(request)
+            await self.out.send(out)
 
-    return request_hooks
+    return Chained(RequestHooks)
 
 
-def chunk_hooks_stage(plugins: Sequence[CucaPlugin], ctx: TurnContext) -> Stage:
-    """Run every plugin's ``on_stream_chunk`` on each block, then, once the turn ended
-    cleanly, build its :class:`UnifiedResponse` and call ``on_response_complete``."""
+def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[Any, Any]:
+    """Run every plugin's ``on_stream_chunk`` on each block; at the :class:`EndOfTurn`,
+    call ``on_response_complete`` with the turn's response. A hook that raises is
+    reported as a :class:`PluginError` item in place of its block."""
     chunk_hooked = [p for p in plugins if overrides(p, "on_stream_chunk")]
     done_hooked = [p for p in plugins if overrides(p, "on_response_complete")]
+    if not chunk_hooked and not done_hooked:
+        return Chained(passthrough)
 
     async def run_hooks(item: Any, out: list[Any]) -> None:
         for plugin in chunk_hooked:
@@ -59,46 +66,26 @@ def chunk_hooks_stage(plugins: Sequence[CucaPlugin], ctx: TurnContext) -> Stage:
                 return
         out.append(item)
 
-    async def chunk_hooks(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
-            if chunk_hooked:
-                out: list[Any] = []
-                for item in batch:
-                    if isinstance(item, CucaError):
-                        out.append(item)
-                    else:
-                        await run_hooks(item, out)
-                batch = out
-            if batch:
-                await send.send(batch)
-        if ctx.error is not None:
-            return
-        response = _response(ctx)
-        ctx.response = response
-        tail: list[Any] = []
+    async def complete(end: EndOfTurn, out: list[Any]) -> None:
+        response = end.response()
         for plugin in done_hooked:
             try:
                 await plugin.on_response_complete(response)
             except Exception as exc:
-                tail.append(_plugin_error(plugin, "on_response_complete", exc))
-        if tail:
-            await send.send(tail)
+                out.append(_plugin_error(plugin, "on_response_complete", exc))
+        out.append(end)
 
-    return chunk_hooks
+    class ChunkHooks(Step[Any, Any]):
+        async def send(self, batch: Sequence[Any], /) -> None:
+            out: list[Any] = []
+            for item in batch:
+                if isinstance(item, EndOfTurn):
+                    await complete(item, out)
+                elif isinstance(item, CucaError) or not chunk_hooked:
+                    out.append(item)
+                else:
+                    await run_hooks(item, out)
+            if out:
+                await self.out.send(out)
 
-
-def _response(ctx: TurnContext) -> UnifiedResponse:
-    summary = ctx.summary
-    request = ctx.request
-    if summary is None:
-        return UnifiedResponse(provider=request.provider, model=request.model)
-    return UnifiedResponse(
-        provider=request.provider,
-        model=request.model,
-        usage=summary.usage,
-        prompt_cache_usage=summary.prompt_cache_usage,
-        finish_reason=summary.finish_reason,
-        counted_usage=summary.counted_usage,
-    )
+    return Chained(ChunkHooks)

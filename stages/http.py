@@ -1,13 +1,14 @@
 """The HTTP stages of a turn: adapter encode, transport, SSE parse, adapter decode.
 
-Each is a thin actor around an I/O-free object (the adapter's encoder, framer and
-decoder) except the transport, which owns the only socket of the turn. A channel message
-is what one network read produced, so the per-hop cost is paid per read, not per token.
+Each is a thin chained stage (:mod:`cuca.stages.chain`) around an I/O-free object (the
+adapter's encoder, framer and decoder) except the transport, which owns the only socket
+of the turn and pushes each network read down the chain as one batch, so the per-stage
+cost is paid per read, not per token.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, cast
 
@@ -17,60 +18,63 @@ import trio
 from cuca.errors import (
     ConfigurationError,
     ConnectError,
+    PluginError,
     ReadTimeout,
     StreamIncomplete,
     TransportError,
     http_status_error,
 )
 from cuca.retry import RetryPolicy, parse_retry_after
+from cuca.turn import EndOfTurn
 from cuca.types import UnifiedRequest
 
-from .context import Stage, TurnContext
+from .chain import Chained, Sink, Step, StopInput
+from .items import EncodedRequest, ResponseHead
 from .protocols import Decoder, Framer, WireRequest
+from .sse import SseEvent
 
 __all__ = ["decode_stage", "encode_stage", "sse_stage", "transport_stage"]
 
 ErrorText = Callable[[int, str], "str | None"]
 
 
-def encode_stage(encode: Callable[[UnifiedRequest], WireRequest]) -> Stage:
-    """Turn each request into the adapter's HTTP request."""
+def encode_stage(
+    encode: Callable[[UnifiedRequest], WireRequest],
+) -> Chained[UnifiedRequest, EncodedRequest]:
+    """Pair each request with the adapter's HTTP request for it."""
 
-    async def encode_requests(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
-            await send.send([encode(request) for request in batch])
+    class Encode(Step[UnifiedRequest, EncodedRequest]):
+        async def send(self, batch: Sequence[UnifiedRequest], /) -> None:
+            await self.out.send([EncodedRequest(request, encode(request)) for request in batch])
 
-    return encode_requests
+    return Chained(Encode)
 
 
 def transport_stage(
     http: httpx.AsyncClient,
     error_text: ErrorText,
     retry: RetryPolicy | None = None,
-) -> Stage:
-    """Send each request and forward the response body, one batch per network read.
+) -> Chained[EncodedRequest, ResponseHead | bytes]:
+    """Send each request; forward a :class:`ResponseHead`, then the body, one batch per
+    network read.
 
     Failures before the first body byte (connection errors, 408/409/429/5xx) are
     retried per ``retry``; a non-2xx status that is not retried (or retried too often)
     raises the :class:`~cuca.errors.HttpStatusError` of its kind with the body and the
     vendor's own message; httpx failures become the :class:`TransportError` of their
     kind (``ConnectError``, ``ReadTimeout``, ``StreamIncomplete`` for a body cut short).
-    Leaving (by cancellation or because
-    downstream stopped listening) closes the response.
+    The response is closed when the body ends, when the chain wants no more
+    (:class:`~cuca.stages.chain.StopInput`), on error and on cancellation.
     """
     policy = retry if retry is not None else RetryPolicy()
 
-    async def transport(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
-            for request in batch:
-                response = await _open(http, request, error_text, policy)
-                await _forward(response, send, request.url)
+    class Transport(Step[EncodedRequest, ResponseHead | bytes]):
+        async def send(self, batch: Sequence[EncodedRequest], /) -> None:
+            for encoded in batch:
+                response = await _open(http, encoded.http, error_text, policy)
+                await _forward(encoded.request, response, self.out, encoded.http.url)
 
-    return transport
+    return Chained(Transport)
 
 
 async def _open(
@@ -146,12 +150,21 @@ def _retryable(exc: httpx.HTTPError) -> bool:
     return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
 
 
-async def _forward(response: httpx.Response, send: trio.MemorySendChannel[Any], url: str) -> None:
+async def _forward(
+    request: UnifiedRequest,
+    response: httpx.Response,
+    out: Sink[ResponseHead | bytes],
+    url: str,
+) -> None:
     try:
+        headers = tuple(response.headers.multi_items())
+        await out.send([ResponseHead(request, response.status_code, headers)])
         chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
         async with aclosing(chunks):
             async for chunk in chunks:
-                await send.send([chunk])
+                await out.send([chunk])
+    except StopInput:
+        pass  # the decoder saw the end marker and drained enough: hang up
     except httpx.HTTPError as exc:
         raise _transport_error(exc, url, streaming=True) from exc
     finally:
@@ -179,26 +192,35 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
 
 
-def sse_stage(new_framer: Callable[[], Framer]) -> Stage:
-    """Split response bytes into events with the adapter's framer (SSE by default)."""
+def sse_stage(new_framer: Callable[[], Framer]) -> Chained[Any, Any]:
+    """Split response bytes into events with the adapter's framer (SSE by default); the
+    :class:`ResponseHead` passes through."""
 
-    async def sse_parse(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        framer = new_framer()
-        async for batch in receive:
-            events: list[Any] = []
+    class SseParse(Step[ResponseHead | bytes, ResponseHead | SseEvent]):
+        def __init__(self, out: Sink[ResponseHead | SseEvent]) -> None:
+            super().__init__(out)
+            self.framer = new_framer()
+
+        async def send(self, batch: Sequence[ResponseHead | bytes], /) -> None:
+            feed = self.framer.feed
+            events: list[ResponseHead | SseEvent] = []
             try:
                 for chunk in batch:
-                    events += framer.feed(chunk)
+                    if isinstance(chunk, bytes):
+                        events += feed(chunk)
+                    else:
+                        events.append(chunk)
             finally:  # events framed before an error still go on
                 if events:
-                    await send.send(events)
-        tail = framer.close()
-        if tail:
-            await send.send(tail)
+                    await self.out.send(events)
 
-    return sse_parse
+        async def aclose(self) -> None:
+            tail = self.framer.close()
+            if tail:
+                await self.out.send(tail)
+            await self.out.aclose()
+
+    return Chained(SseParse)
 
 
 MAX_DRAIN_READS = 16
@@ -206,44 +228,49 @@ MAX_DRAIN_READS = 16
 server still sending after that many is cut off."""
 
 
-def decode_stage(new_decoder: Callable[[UnifiedRequest], Decoder], ctx: TurnContext) -> Stage:
-    """Translate events into items with a fresh decoder; record the turn's summary.
+def decode_stage(new_decoder: Callable[[UnifiedRequest], Decoder]) -> Chained[Any, Any]:
+    """Translate events into items with a decoder built from the :class:`ResponseHead`'s
+    request; end with the :class:`~cuca.turn.EndOfTurn` once the body ended cleanly.
 
     After the provider's end marker the rest of the body is drained unread, so the
     connection goes back to the pool.
     """
 
-    async def decode(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        decoder: Decoder | None = None
-        drained = 0
-        try:
-            async for batch in receive:
-                if decoder is None:  # only now have the request hooks run
-                    decoder = new_decoder(ctx.request)
-                if decoder.finished:
-                    drained += 1
-                    if drained > MAX_DRAIN_READS:
-                        break  # a server that goes on after its end marker: hang up
-                    continue
-                items: list[Any] = []
-                try:
-                    for event in batch:
+    class Decode(Step[ResponseHead | SseEvent, Any]):
+        def __init__(self, out: Sink[Any]) -> None:
+            super().__init__(out)
+            self.decoder: Decoder | None = None
+            self.request: UnifiedRequest | None = None
+            self.drained = 0
+
+        async def send(self, batch: Sequence[ResponseHead | SseEvent], /) -> None:
+            decoder = self.decoder
+            if decoder is not None and decoder.finished:
+                self.drained += 1
+                if self.drained > MAX_DRAIN_READS:
+                    raise StopInput  # a server that goes on after its end marker
+                return
+            items: list[Any] = []
+            try:
+                for event in batch:
+                    if isinstance(event, ResponseHead):
+                        self.request = event.request
+                        decoder = self.decoder = new_decoder(event.request)
+                    elif decoder is None:
+                        raise PluginError("decode", "an event arrived before the ResponseHead")
+                    else:
                         items += decoder.feed(event)
                         if decoder.finished:
                             break
-                finally:  # items decoded before an error still reach the consumer
-                    if items:
-                        await send.send(items)
-            if decoder is None:
-                decoder = new_decoder(ctx.request)
-            if ctx.error is None:
-                tail = decoder.close()
-                if tail:
-                    await send.send(tail)
-        finally:
-            if decoder is not None:
-                ctx.summary = decoder.summary()
+            finally:  # items decoded before an error still reach the consumer
+                if items:
+                    await self.out.send(items)
 
-    return decode
+        async def aclose(self) -> None:
+            if self.decoder is None or self.request is None:
+                raise StreamIncomplete("the response ended before it began")
+            tail = self.decoder.close()
+            await self.out.send([*tail, EndOfTurn(self.request, self.decoder.summary())])
+            await self.out.aclose()
+
+    return Chained(Decode)

@@ -18,7 +18,8 @@ from cuca.engine.records import TokenSink, TurnEnd, TurnStart
 from cuca.engine.sandbox import ChatSandbox
 from cuca.engine.worker import turn_stages
 from cuca.errors import ConfigurationError
-from cuca.stages.context import TurnContext
+from cuca.stages.chain import as_actor
+from cuca.turn import EndOfTurn
 from cuca.types import (
     ImageBase64,
     PromptCacheUsage,
@@ -57,8 +58,7 @@ async def run_turn(
 
     ``stop_after``: cancel the turn once that many items have arrived.
     """
-    ctx = TurnContext(request)
-    (_, engine), (_, output_parse) = turn_stages(model, ctx)
+    engine, output_parse = map(as_actor, turn_stages(model))
     first_send, first_receive = trio.open_memory_channel[Any](1)
     first_send.send_nowait([request])
     first_send.close()
@@ -74,7 +74,15 @@ async def run_turn(
                 if stop_after is not None and len(items) >= stop_after:
                     nursery.cancel_scope.cancel()
                     break
-    return items, ctx.summary
+    return blocks_and_summary(items)
+
+
+def blocks_and_summary(items: list[Any]) -> tuple[list[Any], TurnSummary | None]:
+    """The items a consumer sees, and the summary of the turn's EndOfTurn, if any."""
+    ends = [item for item in items if isinstance(item, EndOfTurn)]
+    assert len(ends) <= 1 and (not ends or items[-1] is ends[0])  # an EndOfTurn comes last
+    blocks = [item for item in items if not isinstance(item, EndOfTurn)]
+    return blocks, ends[0].summary if ends else None
 
 
 def text_of(items: list[Any]) -> str:
@@ -401,8 +409,7 @@ async def run_fake(
     generator: FakeGenerator, *, slow: bool = False
 ) -> tuple[list[list[Any]], TurnSummary | None]:
     request = UnifiedRequest.new("fake")
-    ctx = TurnContext(request)
-    (_, engine), (_, output_parse) = turn_stages(generator, ctx)
+    engine, output_parse = map(as_actor, turn_stages(generator))
     first_send, first_receive = trio.open_memory_channel[Any](1)
     first_send.send_nowait([request])
     first_send.close()
@@ -417,7 +424,9 @@ async def run_fake(
                 batches.append(batch)
                 if slow:
                     await trio.sleep(0.01)
-    return batches, ctx.summary
+    end = batches[-1].pop()
+    assert isinstance(end, EndOfTurn) and end.request == request
+    return batches, end.summary
 
 
 async def test_worker_batches_pieces_and_keeps_order() -> None:
@@ -437,8 +446,7 @@ async def test_worker_slow_consumer_holds_the_thread_back() -> None:
     seen_gap = 0
     generator = FakeGenerator(5000)
     request = UnifiedRequest.new("fake")
-    ctx = TurnContext(request)
-    (_, engine), _ = turn_stages(generator, ctx)
+    engine = as_actor(turn_stages(generator)[0])
     first_send, first_receive = trio.open_memory_channel[Any](1)
     first_send.send_nowait([request])
     first_send.close()
@@ -477,7 +485,7 @@ async def test_worker_error_is_raised_from_the_engine_stage() -> None:
             raise ConfigurationError("nope")
 
     request = UnifiedRequest.new("x")
-    (_, engine), _ = turn_stages(Failing(), TurnContext(request))
+    engine = as_actor(turn_stages(Failing())[0])
     send, receive = trio.open_memory_channel[Any](1)
     send.send_nowait([request])
     send.close()
@@ -503,11 +511,11 @@ async def test_model_close_during_a_streaming_turn_does_not_deadlock(
 
     monkeypatch.setattr(worker_module, "RELAY_LIMIT", 4)
     loaded = load()
-    ctx = TurnContext(ask(STORY, max_tokens=1000))
-    (_, engine), _ = turn_stages(loaded, ctx)
+    request = ask(STORY, max_tokens=1000)
+    engine = as_actor(turn_stages(loaded)[0])
     first_send, first_receive = trio.open_memory_channel[Any](1)
     out_send, out_receive = trio.open_memory_channel[Any](0)
-    await first_send.send([ctx.request])
+    await first_send.send([request])
     await first_send.aclose()
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:

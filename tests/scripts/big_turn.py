@@ -26,7 +26,7 @@ async def main(url: str, megabytes: int) -> None:
         nonlocal received
         async with send:
             async for batch in receive:
-                received += sum(map(len, batch))
+                received += sum(len(chunk) for chunk in batch if isinstance(chunk, bytes))
                 await send.send(batch)
 
     async with CucaClient(

@@ -1,0 +1,51 @@
+"""The turn's own record, and the item that ends a turn.
+
+Everything else a turn knows travels through its channels as items (see
+:mod:`cuca.stages.points`): what is left here is what no single stage owns.
+"""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from .types import TurnSummary, UnifiedRequest, UnifiedResponse
+
+__all__ = ["EndOfTurn", "TurnState"]
+
+
+class TurnState:
+    """What one turn shares beyond its items: the error that ended it (the first one
+    recorded wins) and whether every stage has ended."""
+
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+        self.finished = trio.Event()
+
+    def fail(self, error: Exception) -> None:
+        """Record ``error`` as the reason the turn ended, unless one already was."""
+        if self.error is None:
+            self.error = error
+
+
+@attrs.frozen
+class EndOfTurn:
+    """The last item of a turn that ended cleanly, emitted by ``decode`` (or the engine's
+    ``output_parse``): the request as sent, and what the provider reported about the turn.
+    The consumer's stream turns it into the turn's :class:`UnifiedResponse`; it is never
+    yielded to the user."""
+
+    request: UnifiedRequest
+    summary: TurnSummary
+
+    def response(self) -> UnifiedResponse:
+        """The turn's terminal record."""
+        summary = self.summary
+        return UnifiedResponse(
+            provider=self.request.provider,
+            model=self.request.model,
+            usage=summary.usage,
+            prompt_cache_usage=summary.prompt_cache_usage,
+            finish_reason=summary.finish_reason,
+            counted_usage=summary.counted_usage,
+        )
