@@ -77,11 +77,13 @@ def check_transcript(
     """Each transcript, sent in one write, decodes to its blocks, cleanly."""
     failures = []
     for transcript in transcripts:
-        outcome = run_turn(subject, Reply(transcript.body))
+        reply = Reply(transcript.body)
+        outcome = run_turn(subject, reply)
         problem = _raw(outcome) or _whole(outcome, transcript) or _leaked(outcome)
         if problem:
             code = _reply_code(transcript)
-            failures.append(Failure("transcript", transcript.name, "one write", problem, code))
+            failure = Failure("transcript", transcript.name, "one write", problem, code, reply)
+            failures.append(failure)
     return failures
 
 
@@ -108,12 +110,14 @@ def check_chunking(
     for transcript in transcripts:
 
         def examine(sizes: list[int], transcript: Transcript = transcript) -> Failure | None:
-            outcome = run_turn(subject, Reply(transcript.body, chunks=sizes))
+            reply = Reply(transcript.body, chunks=sizes)
+            outcome = run_turn(subject, reply)
             problem = _raw(outcome) or _whole(outcome, transcript) or _leaked(outcome)
             if problem is None:
                 return None
             code = _reply_code(transcript, chunks=sizes)
-            return Failure("chunking", transcript.name, f"writes of {sizes}", problem, code)
+            case = f"writes of {sizes}"
+            return Failure("chunking", transcript.name, case, problem, code, reply)
 
         strategy = chunk_sizes(len(transcript.body), max_chunks=64)
         one_byte_writes = [[1] * len(transcript.body)]  # splits every character and line
@@ -126,7 +130,8 @@ def _fewer_cuts(failure: Failure, examine: Callable[[list[int]], Failure | None]
     """Remove the cuts of a failing chunking one at a time while it still fails, so that
     every cut left is needed (Hypothesis shrinks towards fewer cuts, but a chunking it
     drew as "one byte per write" can keep many)."""
-    sizes = [int(size) for size in failure.case.removeprefix("writes of ").strip("[]").split(",")]
+    assert failure.reply is not None and failure.reply.chunks is not None
+    sizes = failure.reply.chunks
     points = list(itertools.accumulate(sizes))[:-1]
     index = 0
     while index < len(points):
@@ -171,7 +176,8 @@ def check_truncation(
     failures = []
     for transcript in transcripts:
         for cut in offsets(transcript.body, budget.max_offsets):
-            outcome = run_turn(subject, Reply(transcript.body[:cut]))
+            reply = Reply(transcript.body[:cut])
+            outcome = run_turn(subject, reply)
             problem = _raw(outcome) or _prefix(outcome, transcript) or _leaked(outcome)
             if problem is None and outcome.error is None and subject.end_marker:
                 if not same_blocks(outcome.blocks, transcript.blocks):
@@ -181,9 +187,8 @@ def check_truncation(
                     problem = f"a body cut short gave {outcome.describe()}, not StreamIncomplete"
             if problem:
                 code = f"run_turn(subject, Reply(<{transcript.name}>[:{cut}]))"
-                failures.append(
-                    Failure("truncation", transcript.name, f"body cut at byte {cut}", problem, code)
-                )
+                case = f"body cut at byte {cut}"
+                failures.append(Failure("truncation", transcript.name, case, problem, code, reply))
                 break  # the smallest failing offset is the reproduction
     return failures
 
@@ -203,7 +208,8 @@ def check_cut_connection(
     failures = []
     for transcript in transcripts:
         for cut in offsets(transcript.body, budget.max_offsets):
-            outcome = run_turn(subject, Reply(transcript.body, cut_after=cut))
+            reply = Reply(transcript.body, cut_after=cut)
+            outcome = run_turn(subject, reply)
             problem = _raw(outcome) or _prefix(outcome, transcript) or _leaked(outcome)
             if problem is None and not isinstance(outcome.error, StreamIncomplete):
                 if outcome.error is not None or not same_blocks(outcome.blocks, transcript.blocks):
@@ -211,7 +217,8 @@ def check_cut_connection(
             if problem:
                 code = _reply_code(transcript, cut_after=cut)
                 case = f"connection closed after byte {cut}"
-                failures.append(Failure("cut_connection", transcript.name, case, problem, code))
+                failure = Failure("cut_connection", transcript.name, case, problem, code, reply)
+                failures.append(failure)
                 break
     return failures
 
@@ -221,16 +228,16 @@ def check_stall(subject: Subject, transcripts: Sequence[Transcript], _: Budget) 
     prefix of the blocks."""
     transcript = transcripts[0]
     half = len(transcript.body) // 2
-    outcome = run_turn(
-        subject, Reply(transcript.body, stall_after=half), read_timeout=STALL_TIMEOUT
-    )
+    reply = Reply(transcript.body, stall_after=half)
+    outcome = run_turn(subject, reply, read_timeout=STALL_TIMEOUT)
     problem = _raw(outcome) or _prefix(outcome, transcript) or _leaked(outcome)
     if problem is None and not isinstance(outcome.error, ReadTimeout):
         problem = f"a stall gave {outcome.describe()}, not a ReadTimeout"
     if problem is None:
         return []
     code = _reply_code(transcript, stall_after=half) + f" with read_timeout={STALL_TIMEOUT}"
-    return [Failure("stall", transcript.name, f"stall after byte {half}", problem, code)]
+    case = f"stall after byte {half}"
+    return [Failure("stall", transcript.name, case, problem, code, reply)]
 
 
 def check_http_status(
@@ -255,9 +262,8 @@ def check_http_status(
             problem = _raw(outcome) or _leaked(outcome) or _status(outcome, status, message)
             if problem:
                 code = f"run_turn(subject, {reply!r})"
-                failures.append(
-                    Failure("http_status", "-", f"status {status}, {kind} body", problem, code)
-                )
+                case = f"status {status}, {kind} body"
+                failures.append(Failure("http_status", "-", case, problem, code, reply))
     return failures
 
 
@@ -278,13 +284,14 @@ def check_garbage(subject: Subject, transcripts: Sequence[Transcript], _: Budget
     a clean end), never another exception."""
     failures = []
     for kind, body in GARBAGE.items():
-        outcome = run_turn(subject, Reply(body))
+        reply = Reply(body)
+        outcome = run_turn(subject, reply)
         problem = _raw(outcome) or _leaked(outcome)
         if problem is None and outcome.error is None and subject.end_marker:
             problem = f"garbage ended cleanly ({outcome.describe()}): no end marker was sent"
         if problem:
             code = f"run_turn(subject, Reply({body[:40]!r}...))"
-            failures.append(Failure("garbage", "-", kind, problem, code))
+            failures.append(Failure("garbage", "-", kind, problem, code, reply))
     return failures
 
 
@@ -297,12 +304,13 @@ def check_wrong_types(
 
         def examine(case: tuple[str, bytes], transcript: Transcript = transcript) -> Failure | None:
             where, body = case
-            outcome = run_turn(subject, Reply(body))
+            reply = Reply(body)
+            outcome = run_turn(subject, reply)
             problem = _raw(outcome) or _leaked(outcome)
             if problem is None:
                 return None
             code = f"run_turn(subject, Reply(<{transcript.name} with {where}>))"
-            return Failure("wrong_types", transcript.name, where, problem, code)
+            return Failure("wrong_types", transcript.name, where, problem, code, reply)
 
         failures += _search(wrongly_typed(transcript.body), examine, budget)
     return failures
@@ -326,12 +334,14 @@ def check_drops(
         transcript = names[name]
         sizes = [size] * (len(transcript.body) // size)
         drop = Drop(hop, index)
-        outcome = run_turn(subject, Reply(transcript.body, chunks=sizes), drop=drop)
+        reply = Reply(transcript.body, chunks=sizes)
+        outcome = run_turn(subject, reply, drop=drop)
         problem = _raw(outcome) or _leaked(outcome)
         if problem is None:
             return None
-        code = _reply_code(transcript, chunks=f"[{size}] * {len(sizes)}") + f", drop={drop!r}"
-        return Failure("drops", name, f"{drop}, writes of {size} bytes", problem, code)
+        code = f"run_turn(subject, Reply(<{name}>, chunks=[{size}] * {len(sizes)}), drop={drop!r})"
+        where = f"{drop}, writes of {size} bytes"
+        return Failure("drops", name, where, problem, code, reply)
 
     return _search(strategy, examine, budget)
 

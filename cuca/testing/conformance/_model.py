@@ -13,6 +13,8 @@ from cuca.retry import RetryPolicy
 from cuca.stream import merge_blocks
 from cuca.types import Block, ProviderEndpoint, Text, Thinking, ToolCall, UnifiedRequest
 
+from .._reply import Reply
+
 ANY_ID = "*"
 """A `ToolCall` id in a transcript's expected blocks that matches any id (for adapters that
 make ids up, such as ``call_`` plus random hex digits)."""
@@ -74,7 +76,7 @@ class Failure:
 
     `case` names the chunking, offset, status or drop point that broke the check (the
     smallest one found: Hypothesis shrinks the ones it draws); `reproduce` is code that
-    replays it.
+    replays it, with `reply` the `Reply` it serves (``run_turn(subject, failure.reply)``).
     """
 
     check: str
@@ -82,6 +84,7 @@ class Failure:
     case: str
     problem: str
     reproduce: str
+    reply: Reply | None = attrs.field(default=None, repr=False, eq=False)
 
     def __str__(self) -> str:
         return (
