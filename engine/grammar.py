@@ -6,17 +6,41 @@ The grammar sampler goes first in the turn's sampler chain (see
 leave the schema is masked before top-k, top-p and the draw, so even a very small model
 can only produce JSON that parses and validates. Compiled grammars are cached by
 schema, as a conversation sends the same schema on every turn.
+
+llama-cpp-python's converter ignores number bounds; :class:`_Converter` adds them for
+integral bounds whose range holds at most :data:`MAX_ENUMERATED` integers, by listing
+the integers (an integer) or the integer parts with an optional fraction (a number).
+Other bounds are left to validation (``Completion.parsed``). Its string characters also
+admit raw control characters, which JSON forbids: the compiled grammar excludes them.
+
+:class:`GrammarSampler` samples as llama.cpp's own common sampler does: draw from the
+ordinary chain first and keep the token if the grammar accepts it (one check), and only
+when it does not, mask the whole vocabulary with the grammar and draw again. Most
+tokens of a JSON answer pass the check, so the grammar rarely touches every candidate.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
+import math
+from types import ModuleType
+from typing import Any
 
 from cuca.errors import ConfigurationError
 from cuca.types import OutputSchema
 
-__all__ = ["gbnf_for"]
+__all__ = ["MAX_ENUMERATED", "GrammarSampler", "bounded_number_rule", "gbnf_for"]
+
+MAX_ENUMERATED = 2000
+"""The widest integer range a grammar lists value by value."""
+
+_FRACTION = '("." [0-9]+)?'
+# the converter's string character, and the one JSON allows (no raw control characters)
+_LOOSE_CHAR = 'char ::= [^"\\\\] |'
+_JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+_ZEROS = '("." "0"+)?'
 
 
 def gbnf_for(spec: OutputSchema | None) -> str | None:
@@ -28,12 +52,118 @@ def gbnf_for(spec: OutputSchema | None) -> str | None:
 
 
 @functools.lru_cache(maxsize=32)
-def _compile(schema: str) -> str:
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
+def _compile(schema_text: str) -> str:
     try:
-        grammar: str = json_schema_to_gbnf(schema)
-    except Exception as exc:  # the converter raises bare ValueError/KeyError/...
+        converter = _converter_class()(
+            prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+        )
+        schema = converter.resolve_refs(json.loads(schema_text), "stdin")
+        converter.visit(schema, "")
+        grammar: str = converter.format_grammar().replace(_LOOSE_CHAR, _JSON_CHAR)
+    except Exception as exc:  # the converter raises bare AssertionError/KeyError/...
         message = f"the local engine cannot build a grammar from this schema: {exc!r}"
         raise ConfigurationError(message) from None
     return grammar
+
+
+def bounded_number_rule(schema: dict[str, Any]) -> str | None:
+    """A GBNF expression for an ``integer`` or ``number`` schema's bounds, or ``None``
+    when there are none, they are not integral, or the range is too wide to list."""
+    lo, hi = _bounds(schema)
+    if lo is None or hi is None or hi < lo or hi - lo > MAX_ENUMERATED:
+        return None
+    if schema.get("type") == "integer":
+        return " | ".join(f'"{k}"' for k in range(lo, hi + 1))
+    alternatives = [f'"{k}" {_FRACTION}' for k in range(max(lo, 0), hi)]  # [k, k + 1)
+    # "-m.f" is in (-(m + 1), -m]: inside when -(m + 1) >= lo and -m <= hi
+    alternatives += [f'"-{m}" {_FRACTION}' for m in range(max(-hi, 1), -lo)]
+    if lo <= -1 and hi >= 0:
+        alternatives.append(f'"-0" {_FRACTION}')
+    alternatives += [f'"{k}" {_ZEROS}' for k in sorted({lo, hi})]  # the bounds themselves
+    return " | ".join(alternatives)
+
+
+def _bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
+    if schema.get("exclusiveMinimum") is not None or schema.get("exclusiveMaximum") is not None:
+        return None, None  # rare, and exactness at an open bound is subtle: validation
+    lo, hi = _integral(schema.get("minimum")), _integral(schema.get("maximum"))
+    return (lo, hi) if lo is not None and hi is not None else (None, None)
+
+
+def _integral(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if math.isfinite(value) and value == int(value) else None
+
+
+@functools.cache
+def _converter_class() -> type:
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    class _Converter(SchemaConverter):
+        """llama-cpp-python's converter, plus integral number bounds."""
+
+        def visit(self, schema: Any, name: str) -> Any:
+            if isinstance(schema, dict) and schema.get("type") in ("integer", "number"):
+                rule = bounded_number_rule(schema)
+                if rule is not None:
+                    rule_name = name or "root"
+                    return self._add_rule(rule_name, f"({rule}) space")  # type: ignore[no-untyped-call]
+            return super().visit(schema, name)  # type: ignore[no-untyped-call]
+
+    return _Converter
+
+
+class GrammarSampler:
+    """A grammar that constrains what a sampler chain draws (one generation).
+
+    ``sample(chain)`` draws with the chain, checks the token against the grammar, and
+    redraws from the grammar-masked logits only when the check fails; the grammar then
+    accepts the token, advancing its state.
+    """
+
+    def __init__(self, ll: ModuleType, ctx: Any, vocab: Any, gbnf: str) -> None:
+        self._ll, self._ctx = ll, ctx
+        self._grammar = ll.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+        if not self._grammar:
+            raise ConfigurationError("llama.cpp rejected the grammar built from the schema")
+        self._n_vocab = int(ll.llama_vocab_n_tokens(vocab))
+        self._one = ll.llama_token_data(0, 0.0, 0.0)
+        self._check = ll.llama_token_data_array(ctypes.pointer(self._one), 1, -1, False)
+        self._full: Any = None  # the vocabulary's token data, built on the first redraw
+
+    def sample(self, chain: Any) -> int:
+        ll = self._ll
+        token = int(ll.llama_sampler_sample(chain, self._ctx, -1))
+        if self._rejects(token):
+            token = self._redraw(chain)
+        ll.llama_sampler_accept(self._grammar, token)
+        return token
+
+    def _rejects(self, token: int) -> bool:
+        self._one.id, self._one.logit, self._one.p = token, 0.0, 0.0
+        self._check.size, self._check.selected, self._check.sorted = 1, -1, False
+        self._ll.llama_sampler_apply(self._grammar, ctypes.byref(self._check))
+        return math.isinf(self._one.logit)
+
+    def _redraw(self, chain: Any) -> int:
+        import numpy as np
+
+        ll, n = self._ll, self._n_vocab
+        if self._full is None:
+            dtype = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+            self._full = np.zeros(n, dtype=dtype)
+        full = self._full
+        full["id"] = np.arange(n, dtype=np.int32)
+        full["logit"] = np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ctx, -1), shape=(n,))
+        full["p"] = 0.0
+        data = full.ctypes.data_as(ctypes.POINTER(ll.llama_token_data))
+        candidates = ll.llama_token_data_array(data, n, -1, False)
+        ll.llama_sampler_apply(self._grammar, ctypes.byref(candidates))
+        ll.llama_sampler_apply(chain, ctypes.byref(candidates))
+        return int(candidates.data[candidates.selected].id)
+
+    def close(self) -> None:
+        if self._grammar is not None:
+            self._ll.llama_sampler_free(self._grammar)
+            self._grammar = None

@@ -44,7 +44,7 @@ from cuca.types import (
 from .base import HttpRequest, ProviderAdapter, StreamDecoder
 from .openai_compat import Dialect, bearer_headers, reasoning_effort, require_key
 from .openai_decode import chat_error_message
-from .output_format import responses_text_format
+from .output_format import refuse, responses_text_format
 from .responses_decode import ResponsesDecoder
 from .whole_response import for_request, responses_events
 
@@ -196,6 +196,8 @@ class ResponsesAdapter(ProviderAdapter):
 
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         require_key(self.dialect, self.url, self._api_key)
+        if self.endpoint == ProviderEndpoint.LLAMA_CPP:  # it ignores text.format
+            refuse("llama_cpp's /v1/responses route", request.output_schema)
         body = encode_responses_body(request, self._model or request.model, self.endpoint)
         return HttpRequest(self.url, bearer_headers(self._api_key, request.stream), body)
 

@@ -49,6 +49,7 @@ PAIRS: list[tuple[str, str, Any]] = [
     ),
     ("vllm_responses", "vllm_responses/reasoning_tool_call", openai.types.responses.Response),
     ("llama_cpp_completion", "llama_cpp/completion", None),  # no SDK: README's shape
+    ("llama_cpp_responses", "llama_cpp_responses/text", None),  # recorded: llama-server's
 ]
 ids = [f"{t}:{n}" for t, n, _ in PAIRS]
 TYPED = [pair for pair in PAIRS if pair[2] is not None]

@@ -272,3 +272,10 @@ async def test_structured_generate_with_an_invalid_answer_gives_an_error_item() 
 async def test_structured_generate_without_a_schema_parses_nothing() -> None:
     done = await generate(chat_text('{"n": 1}'), UnifiedRequest.new("m").add_user_message("x"))
     assert (done.parsed, done.errors) == (None, ())
+
+
+def test_structured_llama_cpp_responses_route_refuses_the_schema() -> None:
+    """llama-server's /v1/responses ignores ``text.format`` (it answered a schema request
+    with prose in our real-server probe): refused before any byte, naming the route."""
+    with pytest.raises(ConfigurationError, match="llama_cpp's /v1/responses route cannot"):
+        body(ProviderEndpoint.LLAMA_CPP, OpenAiConfig(api=OpenAiApi.RESPONSES))

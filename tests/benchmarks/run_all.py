@@ -23,6 +23,10 @@ RUNS = [
     ("OpenAI-compatible stream, 10,000 chunks (issue: providers)", ["bench_openai_stream.py"]),
     ("session log and trace plugin CPU, 20,000 chunks (issue: obs)", ["bench_observers.py"]),
     ("local engine vs llama-cpp-python and llama-server (issue: engine)", ["bench_engine.py"]),
+    (
+        "structured output: grammar vs none vs llama-cpp-python (issue: api)",
+        ["bench_grammar.py"],
+    ),
     ("load: 2 x 500 concurrent turns of 1,000 chunks (issue: faults and load)", ["bench_load.py"]),
 ]
 

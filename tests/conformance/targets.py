@@ -307,6 +307,15 @@ TARGETS = [
         provider_config=RESPONSES,
     ),
     Target(
+        "llama_cpp_responses",
+        ProviderEndpoint.LLAMA_CPP,
+        ["llama_cpp_responses/text"],
+        openai_error,
+        responses_tool_frames,
+        api_key=None,
+        provider_config=RESPONSES,
+    ),
+    Target(
         "anthropic",
         ProviderEndpoint.ANTHROPIC,
         [
