@@ -24,6 +24,7 @@ from typing import Any
 
 from cuca.errors import ConfigurationError
 
+from .grammar import GrammarSampler
 from .sampling import SamplerStep
 
 __all__ = ["DECODE_ABORTED", "LlamaBackend", "Sampler", "llama_cpp_module"]
@@ -226,7 +227,8 @@ class LlamaBackend:
         self._ll.llama_memory_clear(self._memory, True)
 
     def sampler(self, steps: Sequence[SamplerStep], grammar: str | None = None) -> Sampler:
-        """A fresh sampler chain for one generation, led by ``grammar`` (GBNF) if set."""
+        """A fresh sampler chain for one generation, constrained by ``grammar`` (GBNF)
+        if set (see :class:`~cuca.engine.grammar.GrammarSampler`)."""
         return Sampler(self._ll, self._ctx, steps, (self._vocab, grammar) if grammar else None)
 
 
@@ -241,14 +243,8 @@ class Sampler:
         grammar: tuple[Any, str] | None = None,
     ) -> None:
         self._ll, self._ctx = ll, ctx
+        self._constrained = None if grammar is None else GrammarSampler(ll, ctx, *grammar)
         self._chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-        if grammar is not None:  # first: mask what leaves the grammar before any draw
-            vocab, gbnf = grammar
-            constrain = ll.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
-            if not constrain:
-                self.close()
-                raise ConfigurationError("llama.cpp rejected the grammar built from the schema")
-            ll.llama_sampler_chain_add(self._chain, constrain)
         for step in steps:
             ll.llama_sampler_chain_add(self._chain, self._make(step))
 
@@ -268,9 +264,13 @@ class Sampler:
 
     def sample(self) -> int:
         """The next token from the last decode's logits (also accepted by the chain)."""
+        if self._constrained is not None:
+            return self._constrained.sample(self._chain)
         return int(self._ll.llama_sampler_sample(self._chain, self._ctx, -1))
 
     def close(self) -> None:
+        if self._constrained is not None:
+            self._constrained.close()
         if self._chain is not None:
             self._ll.llama_sampler_free(self._chain)
             self._chain = None
