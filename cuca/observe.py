@@ -5,11 +5,12 @@ sees the request as sent, the raw response bytes (HTTP turns, when it asks for t
 every item the consumer receives (blocks and error items) and how the turn ended: with a
 response, an error, or cancelled. The session log and the trace plugin are observers.
 
-Three small stages do the watching, placed around the built-in ones: one after
-``request_hooks`` (the turn starts), one after ``transport`` (raw bytes, HTTP only) and
-one at the very end (items, and the turn's ``EndOfTurn``). The client tells the
-observers how the turn ended once every stage has ended, before the consumer sees the
-end of the stream. A turn without observing plugins gets none.
+Small stages do the watching, placed around the built-in ones: one after
+``request_hooks`` (the turn starts), one after ``transport`` (raw bytes, HTTP turns, only
+when a plugin sets ``observes_raw``) and one at the very end (items, and the turn's
+``EndOfTurn``). The client tells the observers how the turn ended once every stage has
+ended, before the consumer sees the end of the stream. A turn without observing plugins
+gets none.
 Observer methods are synchronous and should be quick: they run inside the turn. One that
 raises ends the turn with a :class:`~cuca.errors.PluginError`.
 """
@@ -49,7 +50,8 @@ class TurnEnd:
 class TurnObserver:
     """Watches one turn; every method defaults to doing nothing.
 
-    Set ``raw = True`` to receive the response body's bytes as they arrive (HTTP turns).
+    Set ``raw = True`` to receive the response body's bytes as they arrive (HTTP turns;
+    the plugin must also set ``observes_raw = True``).
     """
 
     raw: bool = False
@@ -173,7 +175,7 @@ def watched(
     watch = _Watch(observing, request)
     names = pipeline.names
     insertions = [after("request_hooks", _starting(watch), "observe_start")]
-    if "transport" in names:
+    if "transport" in names and any(p.observes_raw for p in observing):
         insertions.append(after("transport", _raw_tap(watch), "observe_raw"))
     insertions.append(after(names[-1], _ending(watch), "observe_items"))
     return pipeline.extended(insertions), watch

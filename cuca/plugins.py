@@ -23,6 +23,9 @@ class CucaPlugin:
     """Base class of plugins; every hook defaults to doing nothing."""
 
     name: str = "plugin"
+    observes_raw: bool = False
+    """Whether this plugin's observers want the raw response bytes (``TurnObserver.raw``);
+    the tap on the transport's output is only put in a turn when some plugin says so."""
 
     async def on_request(self, request: UnifiedRequest) -> UnifiedRequest:
         """Return the request to send (possibly a changed copy). ``request.provider`` is

@@ -125,7 +125,7 @@ class SessionLog(CucaPlugin):
 
     def __init__(self, path: str | os.PathLike[str], *, raw: bool = False) -> None:
         self.path = Path(path)
-        self.raw = raw
+        self.raw = self.observes_raw = raw
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         try:

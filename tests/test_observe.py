@@ -50,6 +50,7 @@ class Watcher(CucaPlugin):
 
     def __init__(self, raw: bool = False, fail: str = "") -> None:
         self.raw, self.fail = raw, fail
+        self.observes_raw = raw
         self.observers: list[Recorder] = []
         self.requests: list[UnifiedRequest] = []
 
@@ -120,3 +121,19 @@ async def test_observer_sees_the_error_that_ended_a_turn() -> None:
                 await client.generate(UnifiedRequest.new("gpt-4o"))
     (end,) = watcher.observers[0].ends
     assert end.status == "error" and end.error is raised.value and end.response is None
+
+
+async def test_observer_stages_are_placed_only_where_needed() -> None:
+    """No observing plugin, no extra stage; the raw tap only for a plugin that asks."""
+    from cuca.stages import TurnContext
+
+    def names(*plugins: CucaPlugin) -> tuple[str, ...]:
+        client = CucaClient(ProviderEndpoint.OPENAI, api_key="k", plugins=plugins)
+        return client.pipeline(TurnContext(UnifiedRequest.new("m"))).names
+
+    assert not any(n.startswith("observe") for n in names(Tag()))
+    plain = names(Watcher())
+    assert plain[1] == "observe_start" and plain[-1] == "observe_items"
+    assert "observe_raw" not in plain
+    raw = names(Watcher(raw=True))
+    assert raw[raw.index("transport") + 1] == "observe_raw"
