@@ -125,11 +125,12 @@ async def test_observer_sees_the_error_that_ended_a_turn() -> None:
 
 async def test_observer_stages_are_placed_only_where_needed() -> None:
     """No observing plugin, no extra stage; the raw tap only for a plugin that asks."""
-    from cuca.stages import TurnContext
+    from cuca.observe import watched
 
     def names(*plugins: CucaPlugin) -> tuple[str, ...]:
         client = CucaClient(ProviderEndpoint.OPENAI, api_key="k", plugins=plugins)
-        return client.pipeline(TurnContext(UnifiedRequest.new("m"))).names
+        pipeline, _ = watched(client.pipeline(), plugins, UnifiedRequest.new("m"))
+        return pipeline.names
 
     assert not any(n.startswith("observe") for n in names(Tag()))
     plain = names(Watcher())
