@@ -26,6 +26,7 @@ from .types import (
     GeminiThinkingParams,
     ImageBase64,
     OpenAiThinkingParams,
+    OutputSchema,
     ProviderEndpoint,
     Text,
     Thinking,
@@ -99,6 +100,15 @@ def _is_mapping(t: Any) -> bool:
     return getattr(t, "__origin__", None) is Mapping or t is Mapping
 
 
+def _unstructure_output_schema(spec: OutputSchema) -> dict[str, Any]:
+    """An output schema without its ``target`` class, which JSON cannot hold."""
+    return {"name": spec.name, "schema": dict(spec.schema), "strict": spec.strict}
+
+
+def _structure_output_schema(value: Any, _: Any) -> OutputSchema:
+    return OutputSchema(value["name"], dict(value["schema"]), None, bool(value["strict"]))
+
+
 def _configure(conv: cattrs.Converter) -> None:
     conv.register_unstructure_hook(ProviderEndpoint, _unstructure_endpoint)
     conv.register_structure_hook(ProviderEndpoint, _structure_endpoint)
@@ -120,6 +130,8 @@ converter.register_structure_hook_func(
     lambda v, _: None if v is None else _structure_params(v, ThinkingParams),
 )
 converter.register_unstructure_hook_func(lambda t: t in _PARAMS.values(), _unstructure_params)
+converter.register_unstructure_hook(OutputSchema, _unstructure_output_schema)
+converter.register_structure_hook(OutputSchema, _structure_output_schema)
 for _cls in _BLOCKS.values():
     converter.register_structure_hook(_cls, _structure_block)
 

@@ -263,19 +263,22 @@ class OpenAiCompatAdapter(ProviderAdapter):
     """Speaks ``POST {base_url}/chat/completions`` in one server's :class:`Dialect`.
 
     ``model`` overrides the request's model when non-empty (llama.cpp's config does).
+    ``route`` is the path after the base URL (the Responses adapter changes it).
     """
+
+    route = "chat/completions"
 
     def __init__(
         self, dialect: Dialect, base_url: str, api_key: str | None = None, model: str = ""
     ) -> None:
         self.endpoint = dialect.endpoint
         self.dialect = dialect
-        self.url = f"{base_url.rstrip('/')}/chat/completions"
+        self.url = f"{base_url.rstrip('/')}/{self.route}"
         self._api_key = api_key or None
         self._model = model
 
     def __repr__(self) -> str:
-        return f"OpenAiCompatAdapter({self.dialect.name}, url={self.url!r})"
+        return f"{type(self).__name__}({self.dialect.name}, url={self.url!r})"
 
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         require_key(self.dialect, self.url, self._api_key)

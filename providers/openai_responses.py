@@ -41,9 +41,8 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .base import HttpRequest, ProviderAdapter, StreamDecoder
-from .openai_compat import Dialect, bearer_headers, reasoning_effort, require_key
-from .openai_decode import chat_error_message
+from .base import HttpRequest, StreamDecoder
+from .openai_compat import OpenAiCompatAdapter, bearer_headers, reasoning_effort, require_key
 from .output_format import refuse, responses_text_format
 from .responses_decode import ResponsesDecoder
 from .whole_response import for_request, responses_events
@@ -176,23 +175,11 @@ def _tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, 
     return {"type": "function", "name": name, "description": description, "parameters": parameters}
 
 
-class ResponsesAdapter(ProviderAdapter):
-    """Speaks ``POST {base_url}/responses`` for one OpenAI-compatible server.
+class ResponsesAdapter(OpenAiCompatAdapter):
+    """Speaks ``POST {base_url}/responses`` for one OpenAI-compatible server (the URL,
+    key and model handling are the chat adapter's)."""
 
-    ``model`` overrides the request's model when non-empty (llama.cpp's config does).
-    """
-
-    def __init__(
-        self, dialect: Dialect, base_url: str, api_key: str | None = None, model: str = ""
-    ) -> None:
-        self.endpoint = dialect.endpoint
-        self.dialect = dialect
-        self.url = f"{base_url.rstrip('/')}/responses"
-        self._api_key = api_key or None
-        self._model = model
-
-    def __repr__(self) -> str:
-        return f"ResponsesAdapter({self.dialect.name}, url={self.url!r})"
+    route = "responses"
 
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         require_key(self.dialect, self.url, self._api_key)
@@ -204,6 +191,3 @@ class ResponsesAdapter(ProviderAdapter):
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
         decoder = ResponsesDecoder(self.endpoint)
         return for_request(request, decoder, responses_events, self.dialect.name)
-
-    def error_message(self, status: int, body: str) -> str | None:
-        return chat_error_message(body)

@@ -37,20 +37,12 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed, loads_json
-from .openai_decode import error_text
+from .openai_decode import _dict, _int, error_text
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
 
 INCOMPLETE_REASONS: Mapping[str, str] = {"max_output_tokens": "length"}
 """``incomplete_details.reason`` values renamed to the unified finish reason."""
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def read_usage(usage: Any) -> tuple[TokenUsage | None, PromptCacheUsage | None]:

@@ -369,10 +369,10 @@ def test_responses_selected_per_client_by_config(
 
 
 def test_responses_chat_stays_the_default() -> None:
-    assert isinstance(adapter(config=None), OpenAiCompatAdapter)
-    assert isinstance(adapter(config=OpenAiConfig()), OpenAiCompatAdapter)
+    assert type(adapter(config=None)) is OpenAiCompatAdapter  # not its Responses subclass
+    assert type(adapter(config=OpenAiConfig())) is OpenAiCompatAdapter
     llama = adapter(ProviderEndpoint.LLAMA_CPP, OpenAiConfig(api=OpenAiApi.CHAT))
-    assert isinstance(llama, OpenAiCompatAdapter)
+    assert type(llama) is OpenAiCompatAdapter
 
 
 def test_responses_wrong_config_type_is_a_configuration_error() -> None:

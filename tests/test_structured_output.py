@@ -23,6 +23,8 @@ from cuca import (
     OutputValidationError,
     ProviderEndpoint,
     UnifiedRequest,
+    from_json,
+    to_json,
 )
 from cuca.providers.base import ClientSettings
 from cuca.providers.registry import adapter_for
@@ -279,3 +281,13 @@ def test_structured_llama_cpp_responses_route_refuses_the_schema() -> None:
     with prose in our real-server probe): refused before any byte, naming the route."""
     with pytest.raises(ConfigurationError, match="llama_cpp's /v1/responses route cannot"):
         body(ProviderEndpoint.LLAMA_CPP, OpenAiConfig(api=OpenAiApi.RESPONSES))
+
+
+def test_structured_request_round_trips_through_json_without_its_class() -> None:
+    """A request with a schema from a class saves as JSON (a session log does): the
+    name, schema and strictness come back; the class, which JSON cannot hold, does not."""
+    request = UnifiedRequest.new("m").add_user_message("x").set_output_schema(Forecast)
+    back = from_json(to_json(request), UnifiedRequest)
+    assert back == request  # OutputSchema compares without its target
+    assert back.output_schema is not None and back.output_schema.target is None
+    assert back.output_schema.schema == json_schema_of(Forecast)

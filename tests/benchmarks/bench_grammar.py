@@ -6,8 +6,9 @@ Run ``python tests/benchmarks/bench_grammar.py``: one command, one run, SmolLM2-
 on every side. Each side runs ``REPEATS`` turns after a warm-up; the best is kept. Both
 engines keep the prompt cached across turns (cuca's prefix reuse, llama-cpp-python's own
 prefix match), so a turn is almost all decoding. Reported: completion tokens, seconds
-per turn and tokens per second (whole turn), then the ratios: grammar over no grammar (the cost of the constraint) and
-cuca with a grammar over llama-cpp-python with the same schema (target >= 1.0x).
+per turn and tokens per second (whole turn), then the ratios: grammar over no grammar
+(the cost of the constraint) and cuca with a grammar over llama-cpp-python with the
+same schema (target >= 1.0x).
 Never part of pass/fail.
 
 Both engines run llama.cpp's plain CPU path: cuca's engine loads models without the
