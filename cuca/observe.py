@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
-import trio
 
 from .errors import CucaError, PluginError
 from .turn import EndOfTurn, TurnState
@@ -29,7 +28,8 @@ from .types import UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
     from cuca.plugins import CucaPlugin
-    from cuca.stages.pipeline import Pipeline, Stage
+    from cuca.stages.chain import Chained
+    from cuca.stages.pipeline import Pipeline
     from cuca.types import Block
 
 __all__ = ["TurnEnd", "TurnObserver", "watched"]
@@ -114,40 +114,40 @@ def _failed(name: str, hook: str, exc: Exception) -> PluginError:
     return PluginError(name, f"{hook} failed: {type(exc).__name__}: {exc}")
 
 
-def _starting(watch: _Watch) -> Stage[Any, Any]:
-    async def observe_start(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
+def _starting(watch: _Watch) -> Chained[Any, Any]:
+    from .stages.chain import Chained, Step
+
+    class ObserveStart(Step[Any, Any]):
+        async def send(self, batch: Sequence[Any], /) -> None:
             for request in batch:
                 watch.request = request
                 watch.start(request)
-            await send.send(batch)
+            await self.out.send(batch)
 
-    return observe_start
+    return Chained(ObserveStart)
 
 
-def _raw_tap(watch: _Watch) -> Stage[Any, Any]:
-    async def observe_raw(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
+def _raw_tap(watch: _Watch) -> Chained[Any, Any]:
+    from .stages.chain import Chained, Step
+
+    class ObserveRaw(Step[Any, Any]):
+        async def send(self, batch: Sequence[Any], /) -> None:
             chunks = [chunk for chunk in batch if isinstance(chunk, bytes)]
             for name, observer in watch.raw if chunks else ():
                 try:
                     observer.on_raw(chunks)
                 except Exception as exc:
                     raise _failed(name, "on_raw", exc) from exc
-            await send.send(batch)
+            await self.out.send(batch)
 
-    return observe_raw
+    return Chained(ObserveRaw)
 
 
-def _ending(watch: _Watch) -> Stage[Any, Any]:
-    async def observe_items(
-        receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
+def _ending(watch: _Watch) -> Chained[Any, Any]:
+    from .stages.chain import Chained, Step
+
+    class ObserveItems(Step[Any, Any]):
+        async def send(self, batch: Sequence[Any], /) -> None:
             items = [item for item in batch if not isinstance(item, EndOfTurn)]
             if len(items) < len(batch):
                 watch.end_of_turn = next(i for i in batch if isinstance(i, EndOfTurn))
@@ -156,9 +156,19 @@ def _ending(watch: _Watch) -> Stage[Any, Any]:
                     observer.on_items(items)
                 except Exception as exc:
                     raise _failed(name, "on_items", exc) from exc
-            await send.send(batch)
+            await self.out.send(batch)
 
-    return observe_items
+    return Chained(ObserveItems)
+
+
+def _after(pipeline: Pipeline, point: str, name: str, stage: Chained[Any, Any]) -> Pipeline:
+    """``pipeline`` with the built-in-like ``stage`` right after ``point``: chained, it
+    runs in its neighbours' task (no channel hop), unlike a user's actor."""
+    from .stages.pipeline import NamedStage
+
+    index = pipeline.names.index(point) + 1
+    stages = (*pipeline.stages[:index], NamedStage(name, stage), *pipeline.stages[index:])
+    return attrs.evolve(pipeline, stages=stages)
 
 
 def watched(
@@ -167,15 +177,13 @@ def watched(
     """``pipeline`` with the observing stages added, when a plugin observes turns, and
     the watch whose ``finish`` the client calls at the end of the turn."""
     from .plugins import overrides
-    from .stages.pipeline import after
 
     observing = [p for p in plugins if overrides(p, "observe")]
     if not observing:
         return pipeline, None
     watch = _Watch(observing, request)
-    names = pipeline.names
-    insertions = [after("request_hooks", _starting(watch), "observe_start")]
-    if "transport" in names and any(p.observes_raw for p in observing):
-        insertions.append(after("transport", _raw_tap(watch), "observe_raw"))
-    insertions.append(after(names[-1], _ending(watch), "observe_items"))
-    return pipeline.extended(insertions), watch
+    last = pipeline.names[-1]
+    pipeline = _after(pipeline, "request_hooks", "observe_start", _starting(watch))
+    if "transport" in pipeline.names and any(p.observes_raw for p in observing):
+        pipeline = _after(pipeline, "transport", "observe_raw", _raw_tap(watch))
+    return _after(pipeline, last, "observe_items", _ending(watch)), watch
