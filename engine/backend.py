@@ -4,11 +4,12 @@ We use the C API (model, context, vocabulary, memory, sampler chain) rather than
 ``Llama`` class: it compiles every chat template in the file with its own jinja2
 setup at load, keeps Python state beside the K/V cache, and its ``detokenize`` drops
 pieces longer than 32 bytes. Here each call is one ctypes call, which releases the GIL,
-so a generation in a worker thread leaves the trio thread free.
+so the engine thread leaves the trio thread free.
 
 ``llama_cpp`` has no usable type information, so it is imported lazily as an untyped
 module and every value leaving this module is converted to a plain ``int``/``bytes``.
-Not thread-safe: the caller runs one operation at a time (see ``worker``).
+Not thread-safe: one thread (the model's engine thread, see ``scheduler``) runs the
+context; tokenizing may happen elsewhere.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import importlib
 import logging
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -27,7 +28,7 @@ from cuca.errors import ConfigurationError
 from .grammar import GrammarSampler
 from .sampling import SamplerStep
 
-__all__ = ["DECODE_ABORTED", "LlamaBackend", "Sampler", "llama_cpp_module"]
+__all__ = ["DECODE_ABORTED", "Batch", "LlamaBackend", "Row", "Sampler", "llama_cpp_module"]
 
 DECODE_ABORTED = 2
 """``llama_decode``'s return code when the abort callback stopped it."""
@@ -65,8 +66,18 @@ def _free(ll: Any, ctx: Any, model: Any) -> None:
     ll.llama_model_free(model)
 
 
+Row = tuple[int, int, int, bool]
+"""One row of a batch: token, position, sequence id, whether its logits are wanted."""
+
+
 class LlamaBackend:
-    """One loaded model and its single context (one sequence, id 0)."""
+    """One loaded model and its context of ``n_seq`` sequences (ids ``0..n_seq-1``).
+
+    Each sequence has its own stream of ``n_ctx`` cells (llama.cpp's non-unified K/V
+    cache): a sequence's tokens sit in their own cells in position order whatever the
+    other sequences do, so its attention adds them up in the same order as on a cold
+    model, and one sequence can be dropped, copied or saved on its own.
+    """
 
     def __init__(
         self,
@@ -78,6 +89,7 @@ class LlamaBackend:
         n_threads: int,
         n_threads_batch: int,
         flash_attention: bool,
+        n_seq: int = 1,
     ) -> None:
         ll = self._ll = llama_cpp_module()
         model_params = ll.llama_model_default_params()
@@ -90,11 +102,12 @@ class LlamaBackend:
         if not model:
             raise ConfigurationError(f"llama.cpp could not load the model in {path}")
         params = ll.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = n_ctx * n_seq
         params.n_batch = n_batch
         params.n_ubatch = n_ubatch
         params.flash_attn_type = _FLASH_ATTN_ENABLED if flash_attention else _FLASH_ATTN_DISABLED
-        params.n_seq_max = 1
+        params.n_seq_max = n_seq
+        params.kv_unified = False
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.no_perf = True
@@ -106,7 +119,8 @@ class LlamaBackend:
         self._free = weakref.finalize(self, _free, ll, ctx, model)
         self._vocab = ll.llama_model_get_vocab(model)
         self._memory = ll.llama_get_memory(ctx)
-        self.n_ctx = int(ll.llama_n_ctx(ctx))
+        self.n_ctx = int(ll.llama_n_ctx_seq(ctx))  # per sequence (rounded up to 256)
+        self.n_seq = n_seq
         self.n_batch = n_batch
         self._pieces: dict[int, bytes] = {}
         self._abort: Any = None  # keeps the ctypes callback alive while installed
@@ -189,42 +203,61 @@ class LlamaBackend:
 
     # -- context -------------------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int]) -> int:
-        """Evaluate ``tokens`` after what the cache holds; llama_decode's return code.
+    def batch(self) -> Batch:
+        """A reusable batch of up to ``n_batch`` rows."""
+        return Batch(self._ll, self.n_batch)
 
-        Positions continue from the cache; only the last token's logits are kept.
-        """
-        array = (self._ll.llama_token * len(tokens))(*tokens)
-        batch = self._ll.llama_batch_get_one(array, len(tokens))
-        return int(self._ll.llama_decode(self._ctx, batch))
+    def decode(self, batch: Batch) -> int:
+        """Evaluate ``batch``; llama_decode's return code (0: done)."""
+        return int(self._ll.llama_decode(self._ctx, batch.raw))
 
-    def set_abort(self, flag: threading.Event | None) -> None:
-        """Make a running decode stop when ``flag`` is set (``None`` removes it).
+    def set_abort(self, should_stop: Callable[[], bool] | None) -> None:
+        """Make a running decode stop when ``should_stop()`` turns true (``None``
+        removes it).
 
         The callback runs per graph node and takes the GIL, so it is installed for
-        prompt prefill only, where one decode can take seconds.
+        prefill steps only, where one decode can take seconds.
         """
         ll = self._ll
-        if flag is None:
+        if should_stop is None:
             self._abort = None
             no_callback = ctypes.cast(None, ll.ggml_abort_callback)  # type: ignore[arg-type]
             ll.llama_set_abort_callback(self._ctx, no_callback, None)
             return
-        self._abort = ll.ggml_abort_callback(lambda _data: flag.is_set())
+        self._abort = ll.ggml_abort_callback(lambda _data: should_stop())
         ll.llama_set_abort_callback(self._ctx, self._abort, None)
 
-    def cache_end(self) -> int:
-        """How many positions the K/V cache holds (one past the last one)."""
-        return int(self._ll.llama_memory_seq_pos_max(self._memory, 0)) + 1
+    def cache_end(self, seq: int) -> int:
+        """How many positions sequence ``seq`` holds (one past its last one)."""
+        return int(self._ll.llama_memory_seq_pos_max(self._memory, seq)) + 1
 
-    def truncate(self, keep: int) -> bool:
-        """Drop every cached position from ``keep`` on; false if the memory cannot drop
-        a partial range (recurrent and hybrid models), in which case nothing changed."""
-        return bool(self._ll.llama_memory_seq_rm(self._memory, 0, keep, -1))
+    def truncate(self, seq: int, keep: int) -> bool:
+        """Drop every position of ``seq`` from ``keep`` on; false if the memory cannot
+        drop a partial range (recurrent and hybrid models), in which case nothing changed."""
+        return bool(self._ll.llama_memory_seq_rm(self._memory, seq, keep, -1))
 
-    def clear(self) -> None:
-        """Empty the K/V cache."""
-        self._ll.llama_memory_clear(self._memory, True)
+    def clear(self, seq: int) -> None:
+        """Empty sequence ``seq``."""
+        self._ll.llama_memory_seq_rm(self._memory, seq, -1, -1)
+
+    def copy(self, source: int, target: int) -> None:
+        """Make ``target`` hold what ``source`` holds (a copy of its whole stream, done
+        before the next decode)."""
+        self._ll.llama_memory_seq_cp(self._memory, source, target, -1, -1)
+
+    def save(self, seq: int) -> bytes:
+        """The state (K/V cells) of sequence ``seq``, as bytes."""
+        ll = self._ll
+        size = int(ll.llama_state_seq_get_size(self._ctx, seq))
+        buf = (ctypes.c_uint8 * size)()
+        written = int(ll.llama_state_seq_get_data(self._ctx, buf, size, seq))
+        return bytes(buf[:written])
+
+    def restore(self, seq: int, data: bytes) -> bool:
+        """Load a state saved by :meth:`save` into the (emptied) sequence ``seq``."""
+        self.clear(seq)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return int(self._ll.llama_state_seq_set_data(self._ctx, buf, len(data), seq)) > 0
 
     def sampler(self, steps: Sequence[SamplerStep], grammar: str | None = None) -> Sampler:
         """A fresh sampler chain for one generation, constrained by ``grammar`` (GBNF)
@@ -262,11 +295,12 @@ class Sampler:
             return ll.llama_sampler_init_dist(int(step.value))
         raise ValueError(f"unknown sampler step {step.kind!r}")
 
-    def sample(self) -> int:
-        """The next token from the last decode's logits (also accepted by the chain)."""
+    def sample(self, row: int) -> int:
+        """The next token from the logits of ``row`` of the last batch (also accepted by
+        the chain, and by the grammar if there is one)."""
         if self._constrained is not None:
-            return self._constrained.sample(self._chain)
-        return int(self._ll.llama_sampler_sample(self._chain, self._ctx, -1))
+            return self._constrained.sample(self._chain, row)
+        return int(self._ll.llama_sampler_sample(self._chain, self._ctx, row))
 
     def close(self) -> None:
         if self._constrained is not None:
@@ -280,3 +314,27 @@ class Sampler:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Batch:
+    """A llama.cpp batch, allocated once and refilled every step."""
+
+    def __init__(self, ll: ModuleType, capacity: int) -> None:
+        self._ll = ll
+        self.capacity = capacity
+        self.raw = ll.llama_batch_init(capacity, 0, 1)
+        self._free = weakref.finalize(self, ll.llama_batch_free, self.raw)
+
+    def fill(self, rows: Sequence[Row]) -> None:
+        """Make the batch hold ``rows`` (at most ``capacity``)."""
+        raw = self.raw
+        token, pos, n_seq_id, seq_id, logits = (
+            raw.token, raw.pos, raw.n_seq_id, raw.seq_id, raw.logits
+        )  # fmt: skip
+        for i, (tok, position, seq, wanted) in enumerate(rows):
+            token[i] = tok
+            pos[i] = position
+            n_seq_id[i] = 1
+            seq_id[i][0] = seq
+            logits[i] = wanted
+        raw.n_tokens = len(rows)

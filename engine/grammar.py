@@ -132,11 +132,12 @@ class GrammarSampler:
         self._check = ll.llama_token_data_array(ctypes.pointer(self._one), 1, -1, False)
         self._full: Any = None  # the vocabulary's token data, built on the first redraw
 
-    def sample(self, chain: Any) -> int:
+    def sample(self, chain: Any, row: int = -1) -> int:
+        """The token for the logits of batch row ``row`` (the last one by default)."""
         ll = self._ll
-        token = int(ll.llama_sampler_sample(chain, self._ctx, -1))
+        token = int(ll.llama_sampler_sample(chain, self._ctx, row))
         if self._rejects(token):
-            token = self._redraw(chain)
+            token = self._redraw(chain, row)
         ll.llama_sampler_accept(self._grammar, token)
         return token
 
@@ -146,7 +147,7 @@ class GrammarSampler:
         self._ll.llama_sampler_apply(self._grammar, ctypes.byref(self._check))
         return math.isinf(self._one.logit)
 
-    def _redraw(self, chain: Any) -> int:
+    def _redraw(self, chain: Any, row: int) -> int:
         import numpy as np
 
         ll, n = self._ll, self._n_vocab
@@ -155,7 +156,7 @@ class GrammarSampler:
             self._full = np.zeros(n, dtype=dtype)
         full = self._full
         full["id"] = np.arange(n, dtype=np.int32)
-        full["logit"] = np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ctx, -1), shape=(n,))
+        full["logit"] = np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ctx, row), shape=(n,))
         full["p"] = 0.0
         data = full.ctypes.data_as(ctypes.POINTER(ll.llama_token_data))
         candidates = ll.llama_token_data_array(data, n, -1, False)

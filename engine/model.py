@@ -4,34 +4,32 @@
 the chat template from its metadata. A turn renders the request through the template,
 tokenizes it so that text from messages can never become a control token
 (:mod:`~cuca.engine.prompt`), reuses the longest cached prefix (:mod:`~cuca.engine.prefix`),
-prefills the rest and samples token by token with one sampler chain per generation.
-The pipeline runs that loop through the stages :mod:`~cuca.engine.worker` builds from a
-model; what the loop produces are the records of :mod:`~cuca.engine.records`.
+and hands the turn to the engine thread (:mod:`~cuca.engine.scheduler`), which runs
+every concurrent turn of the model in one batch per step, each on its own sequence of
+the K/V cache (:mod:`~cuca.engine.sequences`). The pipeline reaches the model through
+the stages :mod:`~cuca.engine.worker` builds from it; what a turn produces are the
+records of :mod:`~cuca.engine.records`.
 """
 
 from __future__ import annotations
 
-import codecs
 import importlib.util
 import os
-import threading
 from pathlib import Path
 from typing import Protocol
 
-import trio
+from cuca.errors import ConfigurationError
+from cuca.types import ImageBase64, UnifiedRequest
 
-from cuca.errors import ConfigurationError, ProviderError
-from cuca.types import ImageBase64, PromptCacheUsage, UnifiedRequest
-
-from .backend import DECODE_ABORTED, LlamaBackend
+from .backend import LlamaBackend
 from .formats import Capabilities, OutputFormat, RenderedTurn
 from .gguf import byte_order
 from .grammar import gbnf_for
 from .output import format_markers
-from .prefix import plan_reuse
 from .prompt import PromptGuard
-from .records import TokenSink, TurnEnd, TurnStart
+from .records import TokenSink
 from .sampling import SamplingConfig
+from .scheduler import PreparedTurn, Scheduler, Turn
 
 __all__ = [
     "DEFAULT_THREADS",
@@ -39,6 +37,7 @@ __all__ = [
     "ChatTemplateLike",
     "LocalModel",
     "default_model_path",
+    "default_n_seq",
 ]
 
 DEFAULT_THREADS = 1
@@ -50,7 +49,8 @@ docs/local-engine.md for the numbers; pass ``n_threads`` to use more cores.
 """
 
 EXACT_UBATCH = 63
-"""The most prompt tokens llama.cpp evaluates in one step when reuse must be exact.
+"""The most rows one turn adds to a step (and llama.cpp evaluates at once) when reuse
+must be exact.
 
 Measured on llama.cpp's CPU backend: without flash attention, a token evaluated alone
 (while generating) and one evaluated in a batch (while prefilling) go through different
@@ -58,6 +58,10 @@ matrix kernels and round differently. With flash attention they share one kernel
 63 query rows: from 64 on (``GGML_FA_TILE_Q``) a tiled kernel takes over. Keeping every
 step under 64 rows makes a warm prefix give the same bits as a cold prefill.
 """
+
+SEQUENCE_TOKENS = 16384
+"""Cells of K/V cache the default ``n_seq`` allows in all: ``n_ctx * n_seq`` at most
+this (and 1 to 4 sequences)."""
 
 _SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -87,6 +91,13 @@ def default_model_path() -> Path:
     )
 
 
+def default_n_seq(n_ctx: int) -> int:
+    """The sequences a model of context ``n_ctx`` holds unless told: 4 at 4,096 tokens
+    or less, fewer for longer contexts, so the cache stays within
+    :data:`SEQUENCE_TOKENS` cells."""
+    return max(1, min(4, SEQUENCE_TOKENS // max(n_ctx, 1)))
+
+
 def _check_file(path: Path) -> None:
     """Fail clearly on a path llama.cpp would choke on (it logs and returns nothing)."""
     if not path.exists():
@@ -110,11 +121,13 @@ def _check_request(request: UnifiedRequest) -> None:
 
 
 class LocalModel:
-    """A GGUF model in process, one turn at a time.
+    """A GGUF model in process, serving many conversations at once.
 
     Build it with :meth:`load`; stream from it with
-    ``CucaClient(provider=ProviderEndpoint.LOCAL, local_model=model)``. Close it with
-    :meth:`close` (or use it as a context manager) to free its memory.
+    ``CucaClient(provider=ProviderEndpoint.LOCAL, local_model=model)`` from any number
+    of trio tasks and clients: up to ``n_seq`` turns run together, the others wait in
+    FIFO order. Close it with :meth:`close` (or use it as a context manager) to free
+    its memory.
     """
 
     def __init__(
@@ -123,16 +136,17 @@ class LocalModel:
         template: ChatTemplateLike,
         sampling: SamplingConfig,
         path: Path,
+        *,
+        step_rows: int = EXACT_UBATCH,
+        state_budget: int = 0,
     ) -> None:
         self.path = path
         self.sampling = sampling
         self.template = template
         self._backend = backend
         self._guard = PromptGuard(backend.token_text(t) for t in backend.control_ids)
-        self._cached: list[int] = []  # the tokens whose K/V the context holds, in order
-        self._turn_lock = trio.Lock()  # turns queue here, in trio
-        self._use_lock = threading.Lock()  # the llama.cpp context, in threads
-        self._active_sink: TokenSink | None = None  # the running turn's, if any
+        self._scheduler = Scheduler(backend, step_rows=step_rows, state_budget=state_budget)
+        self._hidden: dict[OutputFormat, frozenset[int]] = {}
 
     @classmethod
     def load(
@@ -146,51 +160,73 @@ class LocalModel:
         *,
         n_threads_batch: int | None = None,
         exact_reuse: bool = True,
+        n_seq: int | None = None,
+        state_budget: int = 0,
     ) -> LocalModel:
         """Load the GGUF model at ``path``.
 
-        ``n_ctx`` is the context size in tokens (prompt plus output); ``n_threads`` the
-        threads used to decode (default :data:`DEFAULT_THREADS`) and ``n_threads_batch``
-        those used to prefill a prompt (default: ``n_threads``); ``n_batch`` the most
-        prompt tokens evaluated at once. ``sampling`` holds top-k, top-p and the seed.
+        ``n_ctx`` is the context of one conversation in tokens (prompt plus output;
+        llama.cpp rounds it up to a multiple of 256). ``n_seq`` is how many turns run
+        at once, each on its own sequence of ``n_ctx`` cells (default
+        :func:`default_n_seq`); a sequence keeps its conversation's K/V after the turn,
+        so up to ``n_seq`` conversations stay warm. ``state_budget`` is how many bytes
+        of RAM may hold the K/V of conversations evicted from their sequence, restored
+        when they come back (0: none).
+
+        ``n_threads`` is the threads used for steps of one token (default
+        :data:`DEFAULT_THREADS`) and ``n_threads_batch`` those used for steps of more
+        (prefill, or several turns at once; default: ``n_threads``); ``n_batch`` the
+        most rows one step evaluates. ``sampling`` holds top-k, top-p and the seed.
         ``chat_template`` replaces the model's own template (jinja source, or an object
         with ``render_turn`` and ``capabilities``).
 
-        ``exact_reuse`` (the default) makes a request that reuses a cached prefix give
-        the same output, bit for bit, as on a cold model: flash attention on, prompts
-        evaluated in steps of at most :data:`EXACT_UBATCH` tokens, so every token's
-        attention runs through the same kernel whether it was prefilled or generated
-        (guaranteed with one decoding thread; with more, llama.cpp splits one token's
-        attention across threads past 512 tokens of context). ``False`` uses
-        llama-cpp-python's configuration instead (no flash attention, ``n_batch``-token
-        steps): faster prefill and faster decoding in long contexts, but a reused prefix
-        may round differently from a fresh one. docs/local-engine.md has the numbers.
+        ``exact_reuse`` (the default) makes a turn's output the same, bit for bit,
+        whether its prefix was reused or prefilled and whatever other turns run beside
+        it: flash attention on, each turn adding at most :data:`EXACT_UBATCH` rows to
+        a step, so every token's attention runs through the same kernel whether it was
+        prefilled or generated (guaranteed with ``n_threads=1``: with more, llama.cpp
+        splits one token's attention across threads past 512 tokens of context).
+        ``False`` uses llama-cpp-python's configuration instead (no flash attention,
+        ``n_batch``-token steps): faster prefill, but a reused prefix may round
+        differently from a fresh one. docs/local-engine.md has the numbers.
 
         Raises :class:`~cuca.errors.ConfigurationError` when llama-cpp-python is missing,
         the file is missing or not GGUF, llama.cpp cannot load it, or it has no template.
         """
         file = Path(path)
         _check_file(file)
-        for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch)):
+        sequences = default_n_seq(n_ctx) if n_seq is None else n_seq
+        for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq", sequences)):
             if value < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {value}")
+        if state_budget < 0:
+            raise ConfigurationError(f"state_budget must be >= 0, got {state_budget}")
         threads = DEFAULT_THREADS if n_threads is None else n_threads
         n_batch = min(n_batch, n_ctx)
+        step_rows = min(n_batch, EXACT_UBATCH) if exact_reuse else n_batch
         backend = LlamaBackend(
             str(file),
             n_ctx=n_ctx,
-            n_batch=n_batch,
-            n_ubatch=min(n_batch, EXACT_UBATCH) if exact_reuse else n_batch,
+            n_batch=max(n_batch, sequences),
+            n_ubatch=step_rows,
             flash_attention=exact_reuse,
             n_threads=threads,
             n_threads_batch=threads if n_threads_batch is None else n_threads_batch,
+            n_seq=sequences,
         )
         try:
             template = cls._template(backend, chat_template)
         except BaseException:
             backend.close()
             raise
-        return cls(backend, template, sampling or SamplingConfig(), file)
+        return cls(
+            backend,
+            template,
+            sampling or SamplingConfig(),
+            file,
+            step_rows=step_rows,
+            state_budget=state_budget,
+        )
 
     @staticmethod
     def _template(backend: LlamaBackend, given: str | ChatTemplateLike | None) -> ChatTemplateLike:
@@ -213,13 +249,34 @@ class LocalModel:
 
     @property
     def n_ctx(self) -> int:
-        """The context size in tokens."""
+        """The context of one conversation (one sequence) in tokens."""
         return self._backend.n_ctx
 
     @property
+    def n_seq(self) -> int:
+        """How many turns run at once (and conversations stay warm)."""
+        return self._backend.n_seq
+
+    @property
     def cached_tokens(self) -> tuple[int, ...]:
-        """The tokens whose K/V entries the context holds now (the reusable prefix)."""
-        return tuple(self._cached)
+        """The tokens whose K/V the sequence of the latest turn holds (its reusable
+        prefix)."""
+        return tuple(self._scheduler.table.slots[self._scheduler.last_seq].tokens)
+
+    def sequences(self) -> tuple[tuple[int, ...], ...]:
+        """The tokens each sequence holds, by sequence id."""
+        return tuple(tuple(slot.tokens) for slot in self._scheduler.table.slots)
+
+    @property
+    def peak_concurrency(self) -> int:
+        """The most turns that have advanced together in one step since the model was
+        loaded."""
+        return self._scheduler.peak_turns
+
+    @property
+    def saved_state_bytes(self) -> int:
+        """Bytes of RAM the saved states of evicted conversations take now."""
+        return self._scheduler.saved.used
 
     def capabilities(self) -> Capabilities:
         """What this model supports, from its chat template and output conventions."""
@@ -242,10 +299,62 @@ class LocalModel:
         the request supplied as plain text, and a BOS token if the vocabulary wants one."""
         return self._tokenize(self._render(request).text)
 
-    @property
-    def turn_lock(self) -> trio.Lock:
-        """Turns of this model queue here, in trio (one runs at a time)."""
-        return self._turn_lock
+    # -- what the worker stages call ------------------------------------------------------
+
+    def prepare(self, request: UnifiedRequest) -> PreparedTurn:
+        """Render and tokenize ``request`` for the engine thread (blocking: the worker
+        calls it in a thread). Raises ConfigurationError or TemplateError for a request
+        the engine cannot run."""
+        rendered = self._render(request)
+        prompt = self._tokenize(rendered.text)
+        if len(prompt) > self.n_ctx:
+            raise ConfigurationError(
+                f"the prompt has {len(prompt)} tokens but the context holds {self.n_ctx};"
+                " load the model with a larger n_ctx"
+            )
+        fmt = rendered.output_format
+        return PreparedTurn(
+            prompt=tuple(prompt),
+            output_format=fmt,
+            thinking_enabled=request.thinking is not None and request.thinking.enabled,
+            steps=self.sampling.steps(request.temperature),
+            max_tokens=request.max_tokens,
+            hidden=self._hidden_tokens(fmt),
+            grammar=gbnf_for(request.output_schema),
+        )
+
+    def submit(self, prepared: PreparedTurn, sink: TokenSink) -> Turn:
+        """Queue a prepared turn; its output goes to ``sink``, which is finished exactly
+        once unless :meth:`withdraw` takes the turn back first."""
+        if self._backend.closed:
+            raise ConfigurationError(f"the model {self.path.name} is closed")
+        turn = Turn(prepared, sink)
+        self._scheduler.submit(turn)
+        return turn
+
+    def withdraw(self, turn: Turn) -> bool:
+        """Take back a turn that still waits for a sequence (true: it never ran)."""
+        return self._scheduler.withdraw(turn)
+
+    def wake(self) -> None:
+        """Tell the engine thread a consumer caught up or left."""
+        self._scheduler.wake()
+
+    def _hidden_tokens(self, fmt: OutputFormat) -> frozenset[int]:
+        """Control tokens not shown in the output: all but those of the format's
+        markers, which stay visible to the output parser even inside a marker made of
+        several tokens (gpt-oss, Gemma 4)."""
+        hidden = self._hidden.get(fmt)
+        if hidden is None:
+            backend = self._backend
+            shown = {
+                token
+                for marker in format_markers(fmt)
+                for token in backend.tokenize(marker, special=True)
+                if token in backend.control_ids
+            }
+            hidden = self._hidden[fmt] = backend.control_ids - shown
+        return hidden
 
     def _render(self, request: UnifiedRequest) -> RenderedTurn:
         """The request rendered once: protected prompt text and output format."""
@@ -264,134 +373,14 @@ class LocalModel:
         return tokens
 
     def close(self) -> None:
-        """Free the model. A running generation is told to stop before its next token
-        (so this never waits on a consumer that is not reading), then freed."""
-        sink = self._active_sink
-        if sink is not None:
-            sink.stop_flag.set()
-        with self._use_lock:
-            self._backend.close()
-            self._cached = []
+        """Free the model. Running turns stop before their next token (each ends as
+        cancelled, so this never waits on a consumer that is not reading), waiting
+        turns are cancelled, then the memory is freed."""
+        self._scheduler.close()
+        self._backend.close()
 
     def __enter__(self) -> LocalModel:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- the generation loop (runs in a worker thread) -----------------------------------
-
-    def generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd:
-        """Run one turn: prefill what the cache lacks, then sample until a stop.
-
-        Blocking; the worker stage calls it in a thread. Stops at an end-of-generation
-        token, at ``max_tokens``, when the context is full, or when ``sink`` says so.
-        """
-        with self._use_lock:
-            self._active_sink = sink
-            try:
-                return self._generate(request, sink)
-            finally:
-                self._active_sink = None
-
-    def _generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd:
-        rendered = self._render(request)
-        prompt = self._tokenize(rendered.text)
-        fmt = rendered.output_format
-        if len(prompt) > self.n_ctx:
-            raise ConfigurationError(
-                f"the prompt has {len(prompt)} tokens but the context holds {self.n_ctx};"
-                " load the model with a larger n_ctx"
-            )
-        grammar = gbnf_for(request.output_schema)  # before the turn starts
-        thinking = request.thinking is not None and request.thinking.enabled
-        sink.start(TurnStart(fmt, thinking))
-        usage = self._prefill(prompt, sink)
-        if usage is None:
-            return TurnEnd(PromptCacheUsage(0, len(prompt)), 0, "cancelled")
-        return self._decode(request, fmt, usage, sink, grammar)
-
-    def _prefill(self, prompt: list[int], sink: TokenSink) -> PromptCacheUsage | None:
-        """Make the cache hold ``prompt``, reusing its longest cached prefix.
-
-        Returns the read/write split, or ``None`` if cancelled (what was evaluated by
-        then stays cached).
-        """
-        backend = self._backend
-        plan = plan_reuse(self._cached, prompt)
-        keep = plan.keep
-        if backend.cache_end() > keep and not backend.truncate(keep):
-            backend.clear()  # this memory cannot drop a partial range: start over
-            keep = 0
-        self._cached = prompt[:keep]
-        backend.set_abort(sink.stop_flag)
-        try:
-            for start in range(keep, len(prompt), backend.n_batch):
-                if sink.stopped():
-                    return None
-                chunk = prompt[start : start + backend.n_batch]
-                code = backend.decode(chunk)
-                if code == DECODE_ABORTED:
-                    self._resync(prompt)
-                    return None
-                self._check(code, prompt)
-                self._cached += chunk
-        finally:
-            backend.set_abort(None)
-        return PromptCacheUsage(read_tokens=keep, write_tokens=len(prompt) - keep)
-
-    def _decode(
-        self,
-        request: UnifiedRequest,
-        fmt: OutputFormat,
-        usage: PromptCacheUsage,
-        sink: TokenSink,
-        grammar: str | None = None,
-    ) -> TurnEnd:
-        backend = self._backend
-        # control tokens that belong to the format's markers stay visible to the output
-        # parser, even inside a marker made of several tokens (gpt-oss, Gemma 4)
-        shown = {
-            token
-            for marker in format_markers(fmt)
-            for token in backend.tokenize(marker, special=True)
-            if token in backend.control_ids
-        }
-        hidden = backend.control_ids - shown
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        limit = request.max_tokens
-        count, reason = 0, "length"
-        with backend.sampler(self.sampling.steps(request.temperature), grammar) as sampler:
-            while limit is None or count < limit:
-                if sink.stopped():
-                    reason = "cancelled"
-                    break
-                token = sampler.sample()
-                if backend.is_eog(token):
-                    reason = "stop"
-                    break
-                count += 1
-                sink.token(decoder.decode(b"" if token in hidden else backend.piece(token)))
-                if count == limit:
-                    break  # no need to evaluate a token nothing will follow
-                if len(self._cached) >= self.n_ctx:
-                    reason = "context_length"
-                    break
-                code = backend.decode([token])
-                if code:  # rare: only then build the list the cache must be resynced to
-                    self._check(code, [*self._cached, token])
-                self._cached.append(token)
-        return TurnEnd(usage, count, reason, tail=decoder.decode(b"", final=True))
-
-    def _resync(self, tokens: list[int]) -> None:
-        """After an interrupted decode, record what the cache really holds."""
-        end = min(self._backend.cache_end(), len(tokens))
-        if not self._backend.truncate(end):
-            self._backend.clear()
-            end = 0
-        self._cached = tokens[:end]
-
-    def _check(self, code: int, tokens: list[int]) -> None:
-        if code != 0:
-            self._resync(tokens)
-            raise ProviderError("local", f"llama_decode failed with code {code}")

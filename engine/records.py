@@ -47,7 +47,8 @@ class TurnEnd:
 
 
 class TokenSink(Protocol):
-    """Where a turn's generation puts its output (called from the engine's thread)."""
+    """Where a turn's generation puts its output (called from the engine's thread,
+    never blocking it)."""
 
     stop_flag: threading.Event
     """Set when the turn is cancelled (its consumer is gone)."""
@@ -57,5 +58,11 @@ class TokenSink(Protocol):
     def token(self, text: str) -> None:
         """One generated token's text."""
 
+    def full(self) -> bool:
+        """Whether the consumer is behind: produce no more tokens for now."""
+
     def stopped(self) -> bool:
         """Whether to stop before the next token."""
+
+    def finish(self, result: TurnEnd | BaseException) -> None:
+        """The turn is over, with this end or this error (called exactly once)."""

@@ -1,26 +1,28 @@
-"""The engine's two stages: generation in a worker thread, then output parsing.
+"""The engine's two stages: the turn on the engine thread, then output parsing.
 
-``engine`` takes the request, waits for the model (one turn at a time per model), and
-runs the blocking generation loop in a worker thread (``trio.to_thread.run_sync``).
-The thread hands each token's text to a :class:`_Relay`, which batches everything
-produced since the last send into one list, so the per-token cost is a list append.
-The relay is bounded: when the consumer falls behind, the thread waits.
+``engine`` takes the request, renders and tokenizes it in a worker thread
+(``model.prepare``), and submits it to the model's engine thread, which runs it beside
+the model's other turns (:mod:`~cuca.engine.scheduler`). That thread hands each token's
+text to a :class:`_Relay`, which batches everything produced since the last wake-up
+into one list, so the per-token cost is a list append. The relay is bounded: when it is
+full the turn sits out the engine's steps until the consumer catches up (the model's
+other turns go on).
 
 ``output_parse`` feeds those pieces to an :class:`~cuca.engine.output.OutputParser`
 and, at the end, emits the turn's :class:`~cuca.turn.EndOfTurn` with the exact usage.
 
 Both are chained stages (:mod:`cuca.stages.chain`): the relay's pump pushes each batch
 straight through the output parser and the hooks to the consumer's channel, so a token's
-way from the model's thread to the consumer costs one wake-up and one channel send.
+way from the engine thread to the consumer costs one wake-up and one channel send.
 
 Between the two stages travel the records of :mod:`~cuca.engine.records`. This module
 builds the stages from a model; the model knows nothing of the stages.
 
-Cancellation: when the turn's nursery is cancelled (the consumer dropped the stream),
-the relay's pump sets the stop flag, the loop stops before its next token (a prefill
-stops at its next graph node) and the thread returns; the tokens already evaluated stay
-in the K/V cache for the next turn. The thread is never abandoned: the model is not
-touched by anyone else until it returns.
+Cancellation: when the turn's nursery is cancelled (the consumer dropped the stream), a
+turn still waiting for a sequence is withdrawn at no cost; a running one gets its stop
+flag set, and the stage waits (shielded) until the engine thread has retired it, at its
+next step (a prefill step stops at its next graph node). What was evaluated stays in the
+turn's sequence for the conversation's next turn.
 """
 
 from __future__ import annotations
@@ -33,50 +35,60 @@ import trio
 
 from cuca.stages.chain import Chained, Sink, Step
 from cuca.turn import EndOfTurn
-from cuca.types import TokenUsage, TurnSummary, UnifiedRequest
+from cuca.types import PromptCacheUsage, TokenUsage, TurnSummary, UnifiedRequest
 
 from .output import OutputParser, new_call_id
 from .records import TokenSink, TurnEnd, TurnStart
 
 __all__ = [
-    "Generator",
+    "Engine",
     "engine_stage",
     "output_parse_stage",
     "turn_stages",
 ]
 
 RELAY_LIMIT = 512
-"""Token pieces the relay holds before the generating thread waits for the consumer."""
+"""Token pieces the relay holds before its turn waits for the consumer."""
+
+_NOTHING = PromptCacheUsage(read_tokens=0, write_tokens=0)
 
 
-class Generator(Protocol):
-    """A model's blocking generation loop (``LocalModel`` implements it).
+class Engine(Protocol):
+    """What the stages need from a model (:class:`~cuca.engine.LocalModel` is one).
 
-    ``turn_lock`` queues the turns of one model, in trio.
+    ``prepare`` is blocking (it renders and tokenizes) and runs in a worker thread;
+    ``submit`` queues the prepared turn and returns a ticket; the engine then calls the
+    sink's ``start``, ``token`` and, exactly once, ``finish`` from its own thread,
+    unless ``withdraw(ticket)`` returns true (the turn never started). ``wake`` tells
+    the engine that a sink has room again or was stopped.
     """
 
-    @property
-    def turn_lock(self) -> trio.Lock: ...
+    def prepare(self, request: UnifiedRequest) -> Any: ...
 
-    def generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd: ...
+    def submit(self, prepared: Any, sink: TokenSink) -> Any: ...
+
+    def withdraw(self, ticket: Any) -> bool: ...
+
+    def wake(self) -> None: ...
 
 
 class _Relay:
-    """Carries token pieces from the worker thread to the trio task, in batches."""
+    """Carries token pieces from the engine thread to the trio task, in batches."""
 
-    def __init__(self, limit: int = RELAY_LIMIT) -> None:
+    def __init__(self, wake_engine: Callable[[], None], limit: int | None = None) -> None:
         self.stop_flag = threading.Event()
+        self._wake_engine = wake_engine
         self._trio_token = trio.lowlevel.current_trio_token()
-        self._limit = limit
+        self._limit = RELAY_LIMIT if limit is None else limit
         self._lock = threading.Lock()
-        self._drained = threading.Condition(self._lock)
         self._items: list[Any] = []
         self._wake_scheduled = False
-        self._finished = False
+        self._result: TurnEnd | BaseException | None = None
         self._ready = trio.Event()
-        self.error: Exception | None = None
+        self.finished = False  # the pump has passed everything on, the end included
+        self.error: Exception | None = None  # raised by the stages after the engine
 
-    # -- worker thread side --------------------------------------------------------
+    # -- engine thread side ----------------------------------------------------------
 
     def start(self, start: TurnStart) -> None:
         self._put(start)
@@ -84,105 +96,108 @@ class _Relay:
     def token(self, text: str) -> None:
         self._put(text)
 
+    def full(self) -> bool:
+        return len(self._items) >= self._limit
+
     def stopped(self) -> bool:
-        if self.stop_flag.is_set():
-            return True
-        try:
-            trio.from_thread.check_cancelled()
-        except trio.Cancelled:
-            # The host task will raise its own Cancelled once the thread returns; here
-            # it only means "stop generating".
-            self.stop_flag.set()
-            return True
-        return False
+        return self.stop_flag.is_set()
+
+    def finish(self, result: TurnEnd | BaseException) -> None:
+        with self._lock:
+            self._result = result
+            self._schedule_wake()
 
     def _put(self, item: Any) -> None:
         with self._lock:
             self._items.append(item)
             self._schedule_wake()
-            while len(self._items) >= self._limit and not self.stopped():
-                self._drained.wait(timeout=0.05)
 
     def _schedule_wake(self) -> None:
         if not self._wake_scheduled:
             self._wake_scheduled = True
             self._trio_token.run_sync_soon(self._wake)
 
-    # -- trio side -----------------------------------------------------------------
+    # -- trio side -------------------------------------------------------------------
 
     def _wake(self) -> None:
         self._ready.set()
 
-    def finish(self) -> None:
-        """The thread has returned: let the pump send what is left and end."""
+    async def _woken(self) -> None:
+        await self._ready.wait()
         with self._lock:
-            self._finished = True
-        self._ready.set()
+            self._ready = trio.Event()
+            self._wake_scheduled = False
+
+    def result(self) -> TurnEnd:
+        """How the turn ended; raises the engine's error if it failed."""
+        result = self._result
+        if isinstance(result, BaseException):
+            raise result
+        assert result is not None
+        return result
 
     async def pump(self, send: Sink[Any]) -> None:
-        """Send every batch the thread produces until :meth:`finish`. ``send`` runs the
-        chained stages after the engine; an error there is kept in ``error`` (and stops
-        the generation), so that it leaves the turn unwrapped."""
+        """Send every batch the engine produces until it finishes the turn. ``send`` runs
+        the chained stages after the engine; an error there is kept in ``error`` (and
+        stops the turn), so that it leaves the turn unwrapped."""
         try:
             while True:
-                await self._ready.wait()
+                await self._woken()
                 with self._lock:
-                    self._ready = trio.Event()
-                    self._wake_scheduled = False
                     items, self._items = self._items, []
-                    finished = self._finished
-                    self._drained.notify_all()
+                    done = self._result is not None
+                if len(items) >= self._limit:
+                    self._wake_engine()  # the turn sat out: it has room again
                 if items:
                     await send.send(items)
-                if finished:
+                if done:
+                    self.finished = True
                     return
         except trio.BrokenResourceError:
             pass  # nobody listens any more: stop generating, quietly
         except Exception as exc:
             self.error = exc
-        finally:
-            self.stop_flag.set()
-            with self._lock:
-                self._drained.notify_all()
+
+    async def wait_result(self) -> None:
+        """Wait until the engine has finished the turn (it was told to stop)."""
+        while self._result is None:
+            await self._woken()
 
 
-async def _run_turn(generator: Generator, request: UnifiedRequest, send: Sink[Any]) -> TurnEnd:
-    """Generate for ``request`` in a worker thread, relaying its pieces to ``send``."""
-    relay = _Relay(RELAY_LIMIT)
-    error: Exception | None = None
-    end: TurnEnd | None = None
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(relay.pump, send)
-        try:
-            end = await trio.to_thread.run_sync(
-                generator.generate, request, relay, abandon_on_cancel=False
-            )
-        except Exception as exc:
-            error = exc
-        finally:
-            relay.finish()
-    error = relay.error or error
-    if error is not None:
-        raise error
-    assert end is not None
-    return end
+async def _run_turn(engine: Engine, request: UnifiedRequest, send: Sink[Any]) -> TurnEnd:
+    """Run ``request`` on ``engine``, relaying its pieces to ``send``."""
+    prepared = await trio.to_thread.run_sync(engine.prepare, request)
+    relay = _Relay(engine.wake)
+    ticket = engine.submit(prepared, relay)
+    try:
+        await relay.pump(send)
+    finally:
+        if not relay.finished:
+            relay.stop_flag.set()
+            if engine.withdraw(ticket):
+                relay.finish(TurnEnd(_NOTHING, 0, "cancelled"))
+            else:
+                with trio.CancelScope(shield=True):
+                    await relay.wait_result()
+    if relay.error is not None:
+        raise relay.error
+    return relay.result()
 
 
-def engine_stage(generator: Generator) -> Chained[UnifiedRequest, Any]:
+def engine_stage(engine: Engine) -> Chained[UnifiedRequest, Any]:
     """The ``engine`` stage: each request in, then its token pieces (see module doc).
 
     The request itself goes first, so that ``output_parse`` can end the turn with it.
     """
 
-    class Engine(Step[UnifiedRequest, Any]):
+    class EngineStep(Step[UnifiedRequest, Any]):
         async def send(self, batch: Sequence[UnifiedRequest], /) -> None:
             for request in batch:
                 await self.out.send([request])
-                async with generator.turn_lock:
-                    end = await _run_turn(generator, request, self.out)
+                end = await _run_turn(engine, request, self.out)
                 await self.out.send([end])
 
-    return Chained(Engine)
+    return Chained(EngineStep)
 
 
 def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[Any, Any]:
@@ -250,7 +265,7 @@ def _summary(end: TurnEnd, reasoning_tokens: int | None) -> TurnSummary:
     return TurnSummary(usage=usage, prompt_cache_usage=cache, finish_reason=end.finish_reason)
 
 
-def turn_stages(generator: Generator) -> tuple[Chained[UnifiedRequest, Any], Chained[Any, Any]]:
-    """The ``engine`` and ``output_parse`` stages of one turn on ``generator`` (a
+def turn_stages(model: Engine) -> tuple[Chained[UnifiedRequest, Any], Chained[Any, Any]]:
+    """The ``engine`` and ``output_parse`` stages of one turn on ``model`` (a
     :class:`~cuca.engine.LocalModel`)."""
-    return engine_stage(generator), output_parse_stage()
+    return engine_stage(model), output_parse_stage()

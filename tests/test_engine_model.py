@@ -332,21 +332,22 @@ async def test_model_cancel_during_prefill(model: LocalModel) -> None:
     assert usage_of(summary)[3] == 2
 
 
-async def test_model_concurrent_turns_take_turns(model: LocalModel) -> None:
+async def test_model_concurrent_turns_run_together() -> None:
     request = ask("Say something nice.", max_tokens=10)
     results: list[tuple[list[Any], TurnSummary | None]] = []
 
     async def one() -> None:
-        results.append(await run_turn(model, request))
+        results.append(await run_turn(fresh, request))
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(one)
-        nursery.start_soon(one)
+    with load(n_seq=2) as fresh:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            nursery.start_soon(one)
+        assert fresh.peak_concurrency == 2  # both advanced in the same steps
     (a_items, a_summary), (b_items, b_summary) = results
-    assert a_items == b_items and a_items
+    assert a_items == b_items and a_items  # same seed, same output, side by side
     prompt = usage_of(a_summary)[0]
-    assert usage_of(b_summary)[0] == prompt
-    assert usage_of(b_summary)[1] == prompt - 1  # the second ran after the first
+    assert usage_of(a_summary)[:3] == usage_of(b_summary)[:3] == (prompt, 0, prompt)
 
 
 async def test_model_renders_the_template_once_per_turn(
@@ -386,23 +387,42 @@ async def test_model_through_the_client(model: LocalModel) -> None:
 
 
 class FakeGenerator:
-    """Emits ``count`` numbered pieces as fast as it can, then ends."""
+    """An engine that emits ``count`` numbered pieces from its own thread as fast as
+    its sink takes them, then ends (the sink's ``full`` holds it back)."""
 
     def __init__(self, count: int, on_token: Callable[[int], None] = lambda i: None) -> None:
         self.count = count
         self.on_token = on_token
         self.emitted = 0
-        self.turn_lock = trio.Lock()
+        self._room = threading.Event()
 
-    def generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd:
+    def prepare(self, request: UnifiedRequest) -> UnifiedRequest:
+        return request
+
+    def submit(self, prepared: UnifiedRequest, sink: TokenSink) -> threading.Thread:
+        thread = threading.Thread(target=self._run, args=(sink,), daemon=True)
+        thread.start()
+        return thread
+
+    def withdraw(self, ticket: threading.Thread) -> bool:
+        return False
+
+    def wake(self) -> None:
+        self._room.set()
+
+    def _run(self, sink: TokenSink) -> None:
         sink.start(TurnStart(OutputFormat(reasoning=None), False))
         for i in range(self.count):
+            while sink.full() and not sink.stopped():
+                self._room.wait(0.01)
+                self._room.clear()
             if sink.stopped():
-                return TurnEnd(PromptCacheUsage(0, 1), self.emitted, "cancelled")
+                sink.finish(TurnEnd(PromptCacheUsage(0, 1), self.emitted, "cancelled"))
+                return
             self.on_token(i)
             sink.token(f"{i},")
             self.emitted += 1
-        return TurnEnd(PromptCacheUsage(2, 3), self.emitted, "stop")
+        sink.finish(TurnEnd(PromptCacheUsage(2, 3), self.emitted, "stop"))
 
 
 async def run_fake(
@@ -478,14 +498,12 @@ async def test_worker_dropping_the_stream_stops_the_generator() -> None:
 
 
 async def test_worker_error_is_raised_from_the_engine_stage() -> None:
-    class Failing:
-        turn_lock = trio.Lock()
-
-        def generate(self, request: UnifiedRequest, sink: TokenSink) -> TurnEnd:
+    class Failing(FakeGenerator):
+        def prepare(self, request: UnifiedRequest) -> UnifiedRequest:
             raise ConfigurationError("nope")
 
     request = UnifiedRequest.new("x")
-    engine = as_actor(turn_stages(Failing())[0])
+    engine = as_actor(turn_stages(Failing(0))[0])
     send, receive = trio.open_memory_channel[Any](1)
     send.send_nowait([request])
     send.close()

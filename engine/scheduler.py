@@ -1,0 +1,358 @@
+"""The engine thread: every running turn of a model advances in one llama.cpp batch.
+
+A model runs one thread while it has turns, and none when idle. Each step it retires
+the turns whose consumers left, admits waiting turns in FIFO order while a sequence is
+free (:mod:`~cuca.engine.sequences` says which one and what it reuses), then evaluates
+one batch: one row per generating turn (the token it sampled last), plus prefill chunks
+of the turns still reading their prompt, so a long prompt advances a chunk at a time
+between the others' tokens instead of stalling them. After the step each turn samples
+from its own row's logits with its own sampler chain, and hands the token's text to its
+sink. A turn whose consumer is behind (its sink is full) sits out until it catches up;
+the others go on.
+
+Exactness: each sequence has its own cells, a chunk adds at most ``step_rows`` rows of
+one sequence to a step, and a row's arithmetic does not depend on the other rows of its
+step (see docs/local-engine.md), so a turn gives the same bits beside others as alone.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from cuca.errors import ConfigurationError, ProviderError
+from cuca.types import PromptCacheUsage
+
+from .backend import DECODE_ABORTED, LlamaBackend, Row, Sampler
+from .formats import OutputFormat
+from .records import TokenSink, TurnEnd, TurnStart
+from .sampling import SamplerStep
+from .sequences import Placement, SavedStates, SequenceTable
+
+__all__ = ["PreparedTurn", "Scheduler"]
+
+IDLE_POLL = 0.05
+"""Seconds the engine thread sleeps at most while every turn waits for its consumer."""
+
+
+@attrs.frozen
+class PreparedTurn:
+    """A request made ready for the engine thread (rendered and tokenized elsewhere).
+
+    ``hidden`` are the control tokens whose text the output never shows (those that are
+    not part of the output format's markers); ``grammar`` (GBNF) constrains the turn's
+    sampling when the request asks for structured output.
+    """
+
+    prompt: tuple[int, ...]
+    output_format: OutputFormat
+    thinking_enabled: bool
+    steps: tuple[SamplerStep, ...]
+    max_tokens: int | None
+    hidden: frozenset[int]
+    grammar: str | None = None
+
+
+class Turn:
+    """One submitted turn, from the engine thread's side (also its ticket)."""
+
+    def __init__(self, prepared: PreparedTurn, sink: TokenSink) -> None:
+        self.prepared = prepared
+        self.sink = sink
+        self.seq = -1
+        self.fed = 0  # prompt tokens the sequence holds
+        self.keep = 0  # prompt tokens reused from the cache
+        self.count = 0  # tokens generated
+        self.next_token: int | None = None  # sampled, to be evaluated next step
+        self.row = -1  # the batch row whose logits it samples from after a step
+        self.chunk = 0  # prompt tokens it added to the current step
+        self.sampler: Sampler | None = None
+        self.placement: Placement | None = None
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    @property
+    def prefilling(self) -> bool:
+        return self.fed < len(self.prepared.prompt)
+
+    def usage(self) -> PromptCacheUsage:
+        return PromptCacheUsage(read_tokens=self.keep, write_tokens=self.fed - self.keep)
+
+
+class Scheduler:
+    """Runs the turns of one model: admission, placement, batched steps.
+
+    ``step_rows`` is the most rows one sequence adds to a step; ``state_budget`` the
+    bytes of RAM evicted sequences' states may take (0: none are saved).
+    """
+
+    def __init__(self, backend: LlamaBackend, *, step_rows: int, state_budget: int = 0) -> None:
+        self._backend = backend
+        self.table = SequenceTable(backend.n_seq)
+        self.saved = SavedStates(state_budget)
+        self._step_rows = step_rows
+        self._cond = threading.Condition()
+        self._waiting: deque[Turn] = deque()
+        self._active: list[Turn] = []
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._batch = backend.batch()
+        self.last_seq = 0  # the sequence of the most recently admitted turn
+        self.peak_turns = 0  # the most turns one step has advanced
+
+    # -- any thread ------------------------------------------------------------------
+
+    def submit(self, turn: Turn) -> None:
+        """Queue ``turn``; it is admitted when a sequence is free, in FIFO order."""
+        with self._cond:
+            if self._closing:
+                raise ConfigurationError("the model is closed")
+            self._waiting.append(turn)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="cuca-engine", daemon=True
+                )
+                self._thread.start()
+            else:
+                self._cond.notify()
+
+    def withdraw(self, turn: Turn) -> bool:
+        """Take ``turn`` back if it still waits (true: it never ran and never will).
+        Otherwise it runs: its sink's stop flag retires it at the next step."""
+        with self._cond:
+            try:
+                self._waiting.remove(turn)
+            except ValueError:
+                self._cond.notify()
+                return False
+            return True
+
+    def wake(self) -> None:
+        """Something changed for a turn (a consumer caught up, or left)."""
+        with self._cond:
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Stop every turn (each ends as cancelled) and wait for the thread to return."""
+        with self._cond:
+            self._closing = True
+            thread = self._thread
+            self._cond.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    # -- the engine thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    self._retire_stopped()
+                    if self._closing:
+                        self._end_all(None)
+                        self._thread = None
+                        return
+                    admitted = self._admit()
+                    if not self._active and not self._waiting:
+                        self._thread = None
+                        return
+                self._start(admitted)
+                ready = [t for t in self._active if self._ready(t)]
+                if not ready:
+                    with self._cond:
+                        self._cond.wait(IDLE_POLL)
+                    continue
+                self._step(ready)
+        except BaseException as exc:  # a bug or a dead context: fail every turn, loudly
+            with self._cond:
+                self._end_all(exc)
+                self._thread = None
+            raise
+
+    def _retire_stopped(self) -> None:
+        for turn in [t for t in self._active if t.sink.stopped()]:
+            self._finish(turn, "cancelled")
+
+    def _end_all(self, error: BaseException | None) -> None:
+        for turn in list(self._active):
+            if error is None:
+                self._finish(turn, "cancelled")
+            else:
+                self._fail(turn, error)
+        while self._waiting:
+            turn = self._waiting.popleft()
+            turn.sink.finish(error if error is not None else TurnEnd(turn.usage(), 0, "cancelled"))
+
+    def _admit(self) -> list[Turn]:
+        """Waiting turns given a sequence, in FIFO order (called holding the lock)."""
+        admitted: list[Turn] = []
+        while self._waiting and self.table.free():
+            turn = self._waiting.popleft()
+            placement = self.table.place(turn.prepared.prompt, self.saved.tokens())
+            turn.seq, turn.keep, turn.placement = placement.seq_id, placement.keep, placement
+            self._active.append(turn)
+            self.last_seq = turn.seq
+            admitted.append(turn)
+        return admitted
+
+    def _start(self, admitted: Sequence[Turn]) -> None:
+        """Make each admitted turn's sequence hold its reused prefix; start its sampler."""
+        for turn in admitted:
+            assert turn.placement is not None
+            try:
+                self._place(turn, turn.placement)
+                turn.sampler = self._backend.sampler(turn.prepared.steps, turn.prepared.grammar)
+            except Exception as exc:
+                self._fail(turn, exc)
+                continue
+            turn.fed = turn.keep
+            prepared = turn.prepared
+            turn.sink.start(TurnStart(prepared.output_format, prepared.thinking_enabled))
+
+    def _place(self, turn: Turn, placement: Placement) -> None:
+        backend, seq = self._backend, placement.seq_id
+        slot = self.table.slots[seq]
+        if placement.evicted and self.saved.budget > 0:
+            self.saved.put(placement.evicted, backend.save(seq))
+        if placement.copy_from is not None:
+            backend.copy(placement.copy_from, seq)
+        elif placement.restore is not None:
+            data = self.saved.take(placement.restore)
+            if not backend.restore(seq, data):
+                backend.clear(seq)
+                slot.tokens.clear()
+                turn.keep = 0
+                return
+        if backend.cache_end(seq) > turn.keep and not backend.truncate(seq, turn.keep):
+            backend.clear(seq)  # this memory cannot drop a partial range: start over
+            slot.tokens.clear()
+            turn.keep = 0
+
+    def _ready(self, turn: Turn) -> bool:
+        """Whether ``turn`` takes part in the next step: it prefills, or its consumer has
+        room for another token."""
+        return turn.prefilling or not turn.sink.full()
+
+    def _step(self, ready: list[Turn]) -> None:
+        backend = self._backend
+        rows: list[Row] = []
+        stepping: list[Turn] = []
+        for turn in ready:
+            if turn.next_token is not None:
+                tokens = self.table.slots[turn.seq].tokens
+                rows.append((turn.next_token, len(tokens), turn.seq, True))
+                turn.row, turn.chunk = len(rows) - 1, 0
+                stepping.append(turn)
+        prefill = False
+        for turn in ready:
+            room = min(backend.n_batch - len(rows), self._step_rows)
+            if turn.next_token is not None or not turn.prefilling or room <= 0:
+                continue
+            prompt = turn.prepared.prompt
+            chunk = prompt[turn.fed : turn.fed + room]
+            last = turn.fed + len(chunk) == len(prompt)
+            for offset, token in enumerate(chunk):
+                wanted = last and offset == len(chunk) - 1
+                rows.append((token, turn.fed + offset, turn.seq, wanted))
+            turn.row = len(rows) - 1 if last else -1
+            turn.chunk = len(chunk)
+            stepping.append(turn)
+            prefill = True
+        if not rows:
+            return
+        self.peak_turns = max(self.peak_turns, len(stepping))
+        self._batch.fill(rows)
+        if prefill:  # a prefill step may take seconds: let llama.cpp stop inside it
+            backend.set_abort(self._abandoned(stepping))
+        try:
+            code = backend.decode(self._batch)
+        finally:
+            if prefill:
+                backend.set_abort(None)
+        if code != 0:
+            self._failed_step(stepping, code)
+            return
+        for turn in stepping:
+            tokens = self.table.slots[turn.seq].tokens
+            if turn.chunk:
+                tokens += turn.prepared.prompt[turn.fed : turn.fed + turn.chunk]
+                turn.fed += turn.chunk
+            elif turn.next_token is not None:
+                tokens.append(turn.next_token)
+                turn.next_token = None
+        for turn in stepping:
+            if turn.row >= 0 and turn in self._active:
+                self._advance(turn)
+
+    def _abandoned(self, stepping: list[Turn]) -> Callable[[], bool]:
+        def abandoned() -> bool:
+            return self._closing or all(t.sink.stop_flag.is_set() for t in stepping)
+
+        return abandoned
+
+    def _failed_step(self, stepping: list[Turn], code: int) -> None:
+        """After a step llama.cpp did not finish: record what each sequence really
+        holds, then retire the turns (cancelled if they were stopped, else failed)."""
+        backend = self._backend
+        for turn in stepping:
+            slot = self.table.slots[turn.seq]
+            expected = list(slot.tokens)
+            if turn.chunk:
+                expected += turn.prepared.prompt[turn.fed : turn.fed + turn.chunk]
+            elif turn.next_token is not None:
+                expected.append(turn.next_token)
+            end = min(backend.cache_end(turn.seq), len(expected))
+            if not backend.truncate(turn.seq, end):
+                backend.clear(turn.seq)
+                end = 0
+            slot.tokens = expected[:end]
+            turn.fed = min(turn.fed, end)
+            if code == DECODE_ABORTED or turn.sink.stopped():
+                self._finish(turn, "cancelled")
+            else:
+                self._fail(turn, ProviderError("local", f"llama_decode failed with code {code}"))
+
+    def _advance(self, turn: Turn) -> None:
+        """Sample ``turn``'s next token from its row, hand its text over, or end it."""
+        prepared, backend = turn.prepared, self._backend
+        limit = prepared.max_tokens
+        if limit is not None and turn.count >= limit:
+            self._finish(turn, "length")
+            return
+        if turn.sink.stopped():
+            self._finish(turn, "cancelled")
+            return
+        assert turn.sampler is not None
+        token = turn.sampler.sample(turn.row)
+        if backend.is_eog(token):
+            self._finish(turn, "stop")
+            return
+        turn.count += 1
+        piece = b"" if token in prepared.hidden else backend.piece(token)
+        turn.sink.token(turn.decoder.decode(piece))
+        if turn.count == limit:
+            self._finish(turn, "length")  # no need to evaluate a token nothing follows
+        elif len(self.table.slots[turn.seq].tokens) >= backend.n_ctx:
+            self._finish(turn, "context_length")
+        else:
+            turn.next_token = token
+
+    def _finish(self, turn: Turn, reason: str) -> None:
+        tail = turn.decoder.decode(b"", final=True)
+        self._release(turn)
+        turn.sink.finish(TurnEnd(turn.usage(), turn.count, reason, tail=tail))
+
+    def _fail(self, turn: Turn, error: BaseException) -> None:
+        self._release(turn)
+        turn.sink.finish(error)
+
+    def _release(self, turn: Turn) -> None:
+        if turn.sampler is not None:
+            turn.sampler.close()
+            turn.sampler = None
+        if turn in self._active:
+            self._active.remove(turn)
+            self.table.release(turn.seq)

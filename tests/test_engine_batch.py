@@ -1,0 +1,246 @@
+"""Many conversations on one local model: turns decode together in one llama.cpp batch,
+wait their turn in FIFO order beyond ``n_seq``, and each keeps its own exact output,
+usage and warm history (real SmolLM2-135M GGUF)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from cuca.client import CucaClient
+from cuca.engine import LocalModel, SamplingConfig, default_model_path
+from cuca.types import ProviderEndpoint, Text, UnifiedRequest
+
+SEED = 4321
+ARCHIVE = "The archive keeps letters, ledgers and maps, each box labelled by year and town. " * 6
+
+
+def load(**kwargs: Any) -> LocalModel:
+    options: dict[str, Any] = {"n_ctx": 1024, "sampling": SamplingConfig(seed=SEED)}
+    options.update(kwargs)
+    return LocalModel.load(default_model_path(), **options)
+
+
+@attrs.frozen
+class Outcome:
+    text: str
+    prompt: int
+    read: int
+    write: int
+    completion: int
+    finish: str
+
+
+def ask(text: str, max_tokens: int, temperature: float | None = None) -> UnifiedRequest:
+    request = UnifiedRequest.new("smollm2").add_user_message(text).set_max_tokens(max_tokens)
+    return request.set_temperature(temperature)
+
+
+async def run(model: LocalModel, request: UnifiedRequest) -> Outcome:
+    async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
+        async with client.generate_stream_with_response(request) as (stream, response):
+            text = "".join([item.text async for item in stream if isinstance(item, Text)])
+    result = response.value
+    assert result is not None and result.usage is not None
+    cache = result.prompt_cache_usage
+    assert cache is not None
+    usage = result.usage
+    return Outcome(
+        text,
+        usage.prompt_tokens,
+        cache.read_tokens,
+        cache.write_tokens,
+        usage.completion_tokens,
+        str(result.finish_reason),
+    )
+
+
+async def run_together(model: LocalModel, requests: list[UnifiedRequest]) -> list[Outcome]:
+    outcomes: list[Outcome | None] = [None] * len(requests)
+
+    async def one(index: int) -> None:
+        outcomes[index] = await run(model, requests[index])
+
+    async with trio.open_nursery() as nursery:
+        for index in range(len(requests)):
+            nursery.start_soon(one, index)
+    assert all(outcome is not None for outcome in outcomes)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+# four turns of different lengths: one long prompt (its prefill spans several steps
+# while the others already generate), one greedy, the rest sampled with the seed
+FOUR = [
+    ask("Name three fruits.", 12),
+    ask(f"{ARCHIVE}What does the archive keep?", 20),
+    ask("Write a short poem about the sea.", 40, temperature=0.0),
+    ask("Count from one to twenty.", 28),
+]
+
+
+@pytest.fixture(scope="module")
+def alone() -> list[Outcome]:
+    """Each of FOUR on a cold model of its own, one at a time."""
+    outcomes = []
+    for request in FOUR:
+        with load(n_seq=1) as model:
+            outcomes.append(trio.run(run, model, request))
+    return outcomes
+
+
+async def test_batch_four_concurrent_turns_equal_each_alone(alone: list[Outcome]) -> None:
+    with load(n_seq=4) as model:
+        together = await run_together(model, FOUR)
+        assert model.peak_concurrency == 4  # the four advanced in the same steps
+    for mine, theirs in zip(together, alone, strict=True):
+        assert mine == theirs  # text, exact usage and finish reason, bit for bit
+    assert len({outcome.completion for outcome in together}) > 1
+    assert all(outcome.read == 0 for outcome in together)  # all were cold
+
+
+async def test_batch_a_late_turn_joins_running_ones(alone: list[Outcome]) -> None:
+    """Turns that arrive while others generate join the running batch (their prefill
+    chunks go between the others' tokens) and still give their output alone."""
+    with load(n_seq=4) as model:
+        outcomes: list[Outcome | None] = [None] * 4
+
+        async def one(index: int, delay: float) -> None:
+            await trio.sleep(delay)
+            outcomes[index] = await run(model, FOUR[index])
+
+        async with trio.open_nursery() as nursery:
+            for index, delay in ((2, 0.0), (3, 0.0), (1, 0.15), (0, 0.3)):
+                nursery.start_soon(one, index, delay)
+    assert outcomes == alone
+
+
+async def test_batch_turns_beyond_n_seq_wait_in_fifo_order() -> None:
+    events: list[tuple[str, str]] = []
+    started = trio.Event()
+
+    async def turn(name: str, request: UnifiedRequest) -> None:
+        async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
+            async with client.generate_stream(request) as stream:
+                async for _ in stream:
+                    if (("first", name)) not in events:
+                        events.append(("first", name))
+                        started.set()
+        events.append(("end", name))
+
+    with load(n_seq=1) as model:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(turn, "a", ask("Tell me a story.", 30))
+            await started.wait()
+            nursery.start_soon(turn, "b", ask("Say hi.", 5))
+            await trio.sleep(0.05)
+            nursery.start_soon(turn, "c", ask("Say bye.", 5))
+        assert model.peak_concurrency == 1
+    assert events == [
+        ("first", "a"), ("end", "a"), ("first", "b"), ("end", "b"), ("first", "c"), ("end", "c")
+    ]  # fmt: skip
+
+
+async def test_batch_cancelling_a_waiting_turn_costs_nothing(alone: list[Outcome]) -> None:
+    """A turn dropped while it waits for a sequence never reaches the model: the running
+    turn is undisturbed and the sequence holds nothing of the dropped prompt."""
+    with load(n_seq=1) as model:
+        async with trio.open_nursery() as nursery:
+            running: list[Outcome] = []
+
+            async def first() -> None:
+                running.append(await run(model, FOUR[3]))
+
+            nursery.start_soon(first)
+            await trio.sleep(0.05)
+            with trio.move_on_after(0.2) as scope:
+                await run(model, ask("A turn nobody waits for.", 50))
+            assert scope.cancelled_caught
+        assert running == [alone[3]]
+        (held,) = model.sequences()
+        prompt = tuple(model.tokenize_prompt(FOUR[3]))
+        assert held[: len(prompt)] == prompt  # the running turn's, nothing else
+        assert len(held) - len(prompt) in (alone[3].completion - 1, alone[3].completion)
+
+
+async def test_batch_dropping_one_turn_leaves_the_others_alone(alone: list[Outcome]) -> None:
+    with load(n_seq=3) as model:
+        kept: list[Outcome | None] = [None, None]
+
+        async def keep(slot: int, index: int) -> None:
+            kept[slot] = await run(model, FOUR[index])
+
+        async def drop() -> None:
+            async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
+                async with client.generate_stream(ask("Tell me everything.", 200)) as stream:
+                    count = 0
+                    async for _ in stream:
+                        count += 1
+                        if count == 3:
+                            break
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keep, 0, 2)
+            nursery.start_soon(drop)
+            nursery.start_soon(keep, 1, 3)
+        assert model.peak_concurrency == 3
+    assert kept == [alone[2], alone[3]]
+
+
+# -- a prefix cache per conversation ---------------------------------------------------
+
+
+def conversation(topic: str) -> UnifiedRequest:
+    system = f"You are an expert on {topic}. " * 8
+    request = UnifiedRequest.new("smollm2").add_system_message(system)
+    return request.add_user_message(f"Tell me one fact about {topic}.").set_max_tokens(12)
+
+
+TOPICS = ("rivers", "volcanoes", "owls")
+
+
+async def interleave(model: LocalModel, rounds: int = 2) -> list[list[Outcome]]:
+    """Each conversation takes a turn, then the next, for ``rounds`` rounds."""
+    requests = [conversation(topic) for topic in TOPICS]
+    history: list[list[Outcome]] = [[] for _ in TOPICS]
+    for _ in range(rounds):
+        for index, request in enumerate(requests):
+            outcome = await run(model, request)
+            history[index].append(outcome)
+            requests[index] = request.add_assistant_message(outcome.text).add_user_message(
+                "And another?"
+            )
+    return history
+
+
+async def test_batch_interleaved_conversations_each_stay_warm() -> None:
+    with load(n_seq=3) as model:
+        history = await interleave(model)
+    for first, second in history:
+        assert first.read == 0 or first.read < first.prompt // 2
+        # the whole first turn (prompt and all but the last answer token) is reused
+        assert second.read >= first.prompt + first.completion - 1
+        assert second.prompt == second.read + second.write
+
+
+async def test_batch_more_conversations_than_sequences_evict_the_least_recent() -> None:
+    with load(n_seq=2) as model:
+        history = await interleave(model)
+    # round robin over two sequences: each return finds its conversation evicted by the
+    # one before (least recently used), and re-reads all but the shared preamble
+    for first, second in history:
+        assert second.read < 20 < first.prompt
+        assert second.prompt == second.read + second.write
+
+
+async def test_batch_saved_states_bring_evicted_conversations_back() -> None:
+    with load(n_seq=2, state_budget=64 << 20) as model:
+        history = await interleave(model)
+        assert model.saved_state_bytes > 0
+    with load(n_seq=3) as roomy:
+        reference = await interleave(roomy)
+    for (first, second), (_, warm) in zip(history, reference, strict=True):
+        assert second.read >= first.prompt + first.completion - 1  # restored, not re-read
+        assert second == warm  # the same output and usage as with room for all three
