@@ -173,6 +173,9 @@ class CucaClient:
         if self.provider == ProviderEndpoint.LOCAL:
             if self.local_model is None:
                 raise ConfigurationError("the local provider requires local_model=LocalModel")
+            from cuca.providers.registry import check_provider_config
+
+            check_provider_config(self.provider, self.provider_config)
             table, built = LOCAL_PIPELINE, self._local_stages()
         else:
             table, built = HTTP_PIPELINE, self._http_stages(retry or self.retry)

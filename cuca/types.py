@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import attrs
 
+from cuca.providers.table import ENDPOINTS, by_cli_name
+
 if TYPE_CHECKING:
     from datetime import datetime
     from decimal import Decimal
@@ -68,16 +70,8 @@ class ProviderEndpoint:
     VLLM: ClassVar[ProviderEndpoint]
     LM_STUDIO: ClassVar[ProviderEndpoint]
     LOCAL: ClassVar[ProviderEndpoint]
-    BUILTIN: ClassVar[tuple[str, ...]] = (
-        "openai",
-        "anthropic",
-        "google_gemini",
-        "deepseek",
-        "llama_cpp",
-        "vllm",
-        "lm_studio",
-        "local",
-    )
+    BUILTIN: ClassVar[tuple[str, ...]] = tuple(info.kind for info in ENDPOINTS)
+    """The built-in endpoints' kinds, from the provider table (:mod:`cuca.providers.table`)."""
 
     @classmethod
     def custom(cls, name: str) -> ProviderEndpoint:
@@ -88,14 +82,12 @@ class ProviderEndpoint:
     @classmethod
     def parse(cls, value: str) -> ProviderEndpoint:
         """The endpoint named by ``value`` (``"openai"``, ``"llama_cpp"``, ``"custom:x"``)."""
-        key = value.strip().lower().replace("-", "_")
-        aliases = {"gemini": "google_gemini", "llamacpp": "llama_cpp", "lmstudio": "lm_studio"}
-        key = aliases.get(key, key)
-        if key.startswith("custom:"):
+        if value.strip().lower().startswith("custom:"):
             return cls.custom(value.split(":", 1)[1])
-        if key not in cls.BUILTIN:
+        info = by_cli_name(value)
+        if info is None:
             raise ValueError(f"unknown provider {value!r}")
-        return cls(key)
+        return cls(info.kind)
 
     @property
     def is_custom(self) -> bool:

@@ -52,7 +52,6 @@ __all__ = [
     "make_deepseek_bridge",
 ]
 
-DEFAULT_BASE_URL = "https://api.anthropic.com/v1"
 DEEPSEEK_BRIDGE_URL = "https://api.deepseek.com/anthropic"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 1024
@@ -131,10 +130,10 @@ def make_anthropic(settings: ClientSettings) -> AnthropicAdapter:
     it is optional: a local gateway (LocalAI, a proxy) may serve ``/messages`` without
     one, and then no auth header is sent.
     """
-    config = settings.provider_config
-    if not isinstance(config, AnthropicConfig):
+    config = settings.provider_config  # the registry checked its type
+    if config is None:
         config = AnthropicConfig()
-    base = (settings.base_url or DEFAULT_BASE_URL).rstrip("/")
+    base = settings.url()
     headers = {"anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
     if config.betas:
         headers["anthropic-beta"] = ",".join(config.betas)

@@ -39,6 +39,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed, loads_json
+from .decoding import read_int, tool_arguments
 
 __all__ = ["AnthropicDecoder"]
 
@@ -200,11 +201,8 @@ class AnthropicDecoder(StreamDecoder):
         if not raw.strip():
             arguments = opened.initial_input if isinstance(opened.initial_input, dict) else {}
             return ToolCall(opened.id, opened.name, arguments)
-        try:
-            parsed = json.loads(raw)
-        except (ValueError, RecursionError):
-            parsed = None
-        if not isinstance(parsed, dict):
+        parsed = tool_arguments(raw)
+        if parsed is None:
             return ProviderError(self.provider, f"malformed tool call: {raw}")
         return ToolCall(opened.id, opened.name, parsed)
 
@@ -213,17 +211,17 @@ class AnthropicDecoder(StreamDecoder):
         if not isinstance(usage, dict):
             return
         for key in USAGE_KEYS:
-            value = usage.get(key)
-            if isinstance(value, int):
+            value = read_int(usage.get(key))
+            if value is not None:
                 self._usage[key] = value
         details = usage.get("output_tokens_details")
-        if isinstance(details, dict) and isinstance(details.get("thinking_tokens"), int):
-            self._reasoning_tokens = details["thinking_tokens"]
+        thinking = read_int(details.get("thinking_tokens")) if isinstance(details, dict) else None
+        if thinking is not None:
+            self._reasoning_tokens = thinking
 
 
 def _index(payload: dict[str, Any]) -> int:
-    index = payload.get("index", 0)
-    return index if isinstance(index, int) else 0
+    return read_int(payload.get("index", 0)) or 0
 
 
 def _error_text(payload: dict[str, Any]) -> str:

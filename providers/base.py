@@ -16,7 +16,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from cuca.errors import CucaError, JsonError, ProviderError
+from cuca.errors import ConfigurationError, CucaError, JsonError, ProviderError
 from cuca.stages.protocols import Framer
 from cuca.stages.sse import SseEvent, SseParser
 from cuca.types import Block, ProviderEndpoint, TurnSummary, UnifiedRequest
@@ -70,6 +70,18 @@ class ClientSettings:
     base_url: str | None = None
     api_key: str | None = attrs.field(default=None, repr=False)
     provider_config: Any = None
+
+    def url(self) -> str:
+        """The base URL to use: the client's, else the endpoint's default from the
+        provider table, without a trailing slash."""
+        from .table import endpoint_info
+
+        info = endpoint_info(self.provider.kind)
+        default = info.base_url if info is not None else None
+        base = self.base_url or default
+        if base is None:
+            raise ConfigurationError(f"{self.provider} needs a base_url")
+        return base.rstrip("/")
 
 
 class StreamDecoder(abc.ABC):

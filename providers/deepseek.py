@@ -21,7 +21,7 @@ from __future__ import annotations
 from cuca.types import ProviderEndpoint
 
 from .base import ClientSettings, ProviderAdapter
-from .openai_compat import DEFAULT_BASE_URLS, Dialect, OpenAiCompatAdapter
+from .openai_compat import Dialect, OpenAiCompatAdapter
 
 __all__ = ["DEEPSEEK", "is_bridge_url", "make_deepseek"]
 
@@ -50,5 +50,5 @@ def make_deepseek(settings: ClientSettings) -> ProviderAdapter:
 
         bridge: ProviderAdapter = make_deepseek_bridge(settings)
         return bridge
-    base = (settings.base_url or DEFAULT_BASE_URLS["deepseek"]).rstrip("/")
+    base = settings.url()
     return OpenAiCompatAdapter(DEEPSEEK, base, settings.api_key)

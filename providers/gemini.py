@@ -42,7 +42,6 @@ from .whole_response import JsonOrSse, for_request, gemini_events
 
 __all__ = ["GeminiAdapter", "GeminiFramer", "make_gemini"]
 
-DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 GEMINI = ProviderEndpoint.GOOGLE_GEMINI
 
 THINKING_LEVEL = {
@@ -64,7 +63,7 @@ def make_gemini(settings: ClientSettings) -> GeminiAdapter:
     A key is required for Google's own URL. With a ``base_url`` set it is optional: a
     local gateway may serve Gemini's routes without one, and then no key header is sent.
     """
-    base = (settings.base_url or DEFAULT_BASE_URL).rstrip("/")
+    base = settings.url()
     return GeminiAdapter(base, settings.api_key, key_required=not settings.base_url)
 
 

@@ -38,6 +38,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed, loads_json
+from .decoding import json_body, read_int
 
 __all__ = ["SYNTHETIC_ID", "GeminiDecoder", "new_call_id"]
 
@@ -141,18 +142,12 @@ def _call(call: Any, signature: str | None, new_id: Callable[[], str]) -> Item:
 
 
 def _count(usage: dict[str, Any], key: str) -> int | None:
-    value = usage.get(key)
-    return value if isinstance(value, int) else None
+    return read_int(usage.get(key))
 
 
 def _raw_error_text(raw: str) -> str:
     """The message of the raw JSON object the framer found outside SSE framing."""
-    try:
-        payload = json.loads(raw)
-    except (ValueError, RecursionError):
-        payload = None
-    if isinstance(payload, list) and payload:
-        payload = payload[0]
+    payload = json_body(raw)
     return _error_text(payload if isinstance(payload, dict) else {}, raw)
 
 

@@ -34,7 +34,7 @@ from .base import (
     guarded_feed,
     loads_json,
 )
-from .openai_compat import DEFAULT_BASE_URLS, Dialect, OpenAiCompatAdapter, bearer_headers
+from .openai_compat import Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_config import OpenAiApi, OpenAiConfig
 from .openai_decode import chat_error_message, error_text
 from .whole_response import completion_events, for_request
@@ -82,11 +82,8 @@ class LlamaCppConfig:
     route: LlamaRoute = LlamaRoute.CHAT
 
 
-def _base_url(config: LlamaCppConfig, client_base_url: str | None) -> str:
-    for candidate in (config.base_url, client_base_url):
-        if candidate:
-            return candidate.rstrip("/")
-    return DEFAULT_BASE_URLS["llama_cpp"]
+def _base_url(config: LlamaCppConfig, settings: ClientSettings) -> str:
+    return config.base_url.rstrip("/") if config.base_url else settings.url()
 
 
 def make_llama_cpp(settings: ClientSettings) -> ProviderAdapter:
@@ -100,7 +97,7 @@ def make_llama_cpp(settings: ClientSettings) -> ProviderAdapter:
         config = LlamaCppConfig(route=LlamaRoute.RESPONSES if responses else LlamaRoute.CHAT)
     elif not isinstance(config, LlamaCppConfig):
         raise ConfigurationError(f"llama_cpp takes a LlamaCppConfig, not {type(config).__name__}")
-    base = _base_url(config, settings.base_url)
+    base = _base_url(config, settings)
     api_key = config.api_key or settings.api_key
     if config.route is LlamaRoute.COMPLETION:
         return LlamaCompletionAdapter(f"{base}/completion", api_key, config)

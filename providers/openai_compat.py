@@ -38,7 +38,6 @@ from .output_format import chat_response_format, json_object_instruction
 from .whole_response import chat_events, for_request
 
 __all__ = [
-    "DEFAULT_BASE_URLS",
     "ChatCompletionsDecoder",
     "Dialect",
     "OpenAiCompatAdapter",
@@ -61,15 +60,6 @@ REASONING_EFFORT: Mapping[ThinkingEffort, str] = {
     ThinkingEffort.HIGH: "high",
     ThinkingEffort.XHIGH: "high",
 }
-
-DEFAULT_BASE_URLS: Mapping[str, str] = {
-    "openai": "https://api.openai.com/v1",
-    "vllm": "http://127.0.0.1:8000/v1",
-    "lm_studio": "http://127.0.0.1:1234/v1",
-    "deepseek": "https://api.deepseek.com/v1",
-    "llama_cpp": "http://127.0.0.1:8080",
-}
-
 
 @attrs.frozen
 class Dialect:
@@ -293,13 +283,9 @@ class OpenAiCompatAdapter(ProviderAdapter):
         return chat_error_message(body)
 
 
-def _settings_base(settings: ClientSettings, default: str) -> str:
-    return (settings.base_url or default).rstrip("/")
-
-
 def _adapter(dialect: Dialect, settings: ClientSettings) -> ProviderAdapter:
     """The chat adapter, or the Responses one when ``OpenAiConfig`` asks for it."""
-    base = _settings_base(settings, DEFAULT_BASE_URLS[dialect.endpoint.kind])
+    base = settings.url()
     if wants_responses(settings.provider_config, dialect.name):
         from .openai_responses import ResponsesAdapter
 

@@ -24,6 +24,8 @@ from cuca.stages.sse import SseEvent
 from cuca.types import PromptCacheUsage, Text, Thinking, TokenUsage, ToolCall, TurnSummary
 
 from .base import Item, StreamDecoder, guarded_feed, loads_json
+from .decoding import json_body, tool_arguments
+from .decoding import read_int as _int
 
 __all__ = ["ChatCompletionsDecoder", "chat_error_message", "error_text"]
 
@@ -46,10 +48,7 @@ def chat_error_message(body: str) -> str | None:
     """The vendor's message in an error body: ``{"error": {"message": ...}}`` (OpenAI,
     vLLM, DeepSeek, llama.cpp), ``{"error": "..."}`` (LM Studio, old llama.cpp), or a
     top-level ``message`` / ``detail`` (older vLLM, FastAPI validation)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
+    data = json_body(body)
     if not isinstance(data, dict):
         return None
     if data.get("error"):
@@ -70,10 +69,6 @@ class _PendingCall:
         self.id = ""
         self.name = ""
         self.args: list[str] = []
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
@@ -178,13 +173,8 @@ class ChatCompletionsDecoder(StreamDecoder):
         raw = "".join(pending.args).strip()
         if not pending.name:
             return ProviderError(self.provider, f"malformed tool call: no function name: {raw}")
-        arguments: Any = {}
-        if raw not in ("", "{}"):
-            try:
-                arguments = json.loads(raw)
-            except (ValueError, RecursionError):  # RecursionError: hostile nesting depth
-                arguments = None
-        if not isinstance(arguments, dict):
+        arguments = tool_arguments(raw)
+        if arguments is None:
             return ProviderError(self.provider, f"malformed tool call: {raw}")
         return ToolCall(pending.id or f"call_{index}", pending.name, arguments)
 

@@ -1,33 +1,26 @@
 """Which adapter serves which endpoint.
 
-Built-in adapters are imported lazily, so that a client for one backend loads only
-that backend's module. ``register_adapter`` lets a user plug an adapter in for a custom
-endpoint name; an endpoint with no adapter fails to dispatch with a clear message.
+Built-in adapters are found in the provider table (:mod:`cuca.providers.table`) and
+imported lazily, so that a client for one backend loads only that backend's module.
+``register_adapter`` lets a user plug an adapter in for a custom endpoint name; an
+endpoint with no adapter fails to dispatch with a clear message.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
+from typing import Any
 
 from cuca.errors import ConfigurationError
+from cuca.types import ProviderEndpoint
 
 from .base import ClientSettings, ProviderAdapter
+from .table import endpoint_info, import_path
 
-__all__ = ["AdapterFactory", "adapter_for", "register_adapter"]
+__all__ = ["AdapterFactory", "adapter_for", "check_provider_config", "register_adapter"]
 
 AdapterFactory = Callable[[ClientSettings], ProviderAdapter]
 
-# endpoint kind -> "module:factory", resolved on first use
-_BUILTIN: dict[str, str] = {
-    "openai": "cuca.providers.openai_compat:make_openai",
-    "vllm": "cuca.providers.openai_compat:make_vllm",
-    "lm_studio": "cuca.providers.openai_compat:make_lm_studio",
-    "deepseek": "cuca.providers.deepseek:make_deepseek",
-    "llama_cpp": "cuca.providers.llamacpp:make_llama_cpp",
-    "anthropic": "cuca.providers.anthropic:make_anthropic",
-    "google_gemini": "cuca.providers.gemini:make_gemini",
-}
 _CUSTOM: dict[str, AdapterFactory] = {}
 
 
@@ -44,10 +37,29 @@ def adapter_for(settings: ClientSettings) -> ProviderAdapter:
         if factory is None:
             raise ConfigurationError("custom endpoints require a registered adapter")
         return factory(settings)
-    target = _BUILTIN.get(endpoint.kind)
-    if target is None:
+    info = endpoint_info(endpoint.kind)
+    if info is None or info.adapter is None:
         raise ConfigurationError(f"{endpoint} has no HTTP adapter")
-    module_name, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr)
-    adapter: ProviderAdapter = factory(settings)
+    check_provider_config(endpoint, settings.provider_config)
+    adapter: ProviderAdapter = import_path(info.adapter)(settings)
     return adapter
+
+
+def check_provider_config(endpoint: ProviderEndpoint, config: Any) -> None:
+    """Refuse a ``provider_config`` the built-in ``endpoint`` does not take, naming
+    the type(s) it does take."""
+    info = endpoint_info(endpoint.kind)
+    if config is None or info is None:
+        return
+    types = [import_path(target) for target in info.config]
+    if any(isinstance(config, kind) for kind in types):
+        return
+    got = type(config).__name__
+    if not types:
+        raise ConfigurationError(f"{info.cli_name} takes no provider_config, not {got}")
+    wanted = " or ".join(_article(kind.__name__) for kind in types)
+    raise ConfigurationError(f"{info.cli_name} takes {wanted}, not {got}")
+
+
+def _article(name: str) -> str:
+    return f"an {name}" if name[0] in "AEIOU" else f"a {name}"

@@ -20,7 +20,6 @@ Every frame is a JSON object whose ``type`` names the event (field names from th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -37,7 +36,9 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed, loads_json
-from .openai_decode import _dict, _int, error_text
+from .decoding import read_int as _int
+from .decoding import tool_arguments
+from .openai_decode import _dict, error_text
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
 
@@ -224,13 +225,8 @@ class ResponsesDecoder(StreamDecoder):
         raw = "".join(call.args).strip()
         if not call.name:
             return [ProviderError(self.provider, f"malformed tool call: no function name: {raw}")]
-        arguments: Any = {}
-        if raw:
-            try:
-                arguments = json.loads(raw)
-            except (ValueError, RecursionError):  # RecursionError: hostile nesting depth
-                arguments = None
-        if not isinstance(arguments, dict):
+        arguments = tool_arguments(raw)
+        if arguments is None:
             return [ProviderError(self.provider, f"malformed tool call: {raw}")]
         return [ToolCall(call.call_id, call.name, arguments)]
 

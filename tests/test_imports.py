@@ -24,6 +24,8 @@ HEAVY = (
     "genai_prices",
     "opentelemetry",
 )
+NAMING = {"cuca.providers", "cuca.providers.table"}
+"""What naming the endpoints needs: the provider table (pure data) and its package."""
 
 
 def loaded_after(code: str) -> set[str]:
@@ -46,7 +48,7 @@ def test_imports_cuca_and_its_core_names_load_no_engine_adapter_or_cli() -> None
     )
     modules = loaded_after(code)
     assert "cuca.client" in modules  # the core did load
-    assert heavy(modules) == set()
+    assert heavy(modules) <= NAMING
 
 
 def test_imports_a_lazy_name_loads_its_package_on_first_use() -> None:
@@ -85,7 +87,7 @@ def test_imports_errors_from_a_provider_module_run_nothing_heavy() -> None:
     """``from cuca.errors import ...`` (as every adapter does) runs the root package,
     which must stay light."""
     modules = loaded_after("from cuca.errors import ProviderError")
-    assert heavy(modules) == set()
+    assert heavy(modules) <= NAMING
 
 
 def test_imports_lazy_names_are_visible_to_dir_and_to_type_checkers() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 
+from cuca.providers.table import ENDPOINTS, endpoint_info
 from cuca.types import ProviderEndpoint, ThinkingConfig, ThinkingEffort
 
 from .options import PROVIDER_NAMES
@@ -39,24 +40,19 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT), as shells report it."""
 
 API_KEY_ENV: Mapping[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "google_gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "deepseek": ("DEEPSEEK_API_KEY",),
+    info.kind: info.key_env for info in ENDPOINTS if info.key_env
 }
-"""Where each cloud provider's key is looked up, first set variable wins."""
+"""Where each cloud provider's key is looked up, first set variable wins (from the
+provider table)."""
 
 DEFAULT_MODELS: Mapping[str, str] = {
-    "openai": "gpt-4o-mini",
-    "anthropic": "claude-sonnet-4-5",
-    "google_gemini": "gemini-2.5-flash",
-    "deepseek": "deepseek-chat",
-    "llama_cpp": "default",  # llama-server serves the model it was started with
+    info.kind: info.default_model for info in ENDPOINTS if info.default_model
 }
+"""The model sent when neither ``--model`` nor ``CUCA_MODEL`` names one."""
 
 # Adapters that refuse to send without a key whatever the URL; the others need one only
 # at the vendor's own host (a proxy or a local gateway may take none).
-_KEY_ALWAYS = frozenset({"anthropic", "google_gemini"})
+_KEY_ALWAYS = frozenset(info.kind for info in ENDPOINTS if info.key_always)
 # flags that only mean something to the local engine, or only to an HTTP provider
 _LOCAL_ONLY = {
     "model_path": "--model-path",
@@ -155,7 +151,8 @@ def _check_flags(args: argparse.Namespace, provider: ProviderEndpoint) -> None:
 
 
 def _name(provider: ProviderEndpoint) -> str:
-    return "gemini" if provider == ProviderEndpoint.GOOGLE_GEMINI else str(provider)
+    info = endpoint_info(provider.kind)
+    return info.cli_name if info is not None else str(provider)
 
 
 def _api_key(

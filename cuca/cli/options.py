@@ -10,20 +10,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from cuca.providers.table import ENDPOINTS
+
 __all__ = ["PROVIDER_NAMES", "THINK_LEVELS", "build_parser"]
 
-PROVIDER_NAMES = (
-    "openai",
-    "anthropic",
-    "gemini",
-    "deepseek",
-    "llama_cpp",
-    "vllm",
-    "lm_studio",
-    "local",
-)
-"""The names ``--provider`` and ``CUCA_PROVIDER`` accept (``ProviderEndpoint.parse`` also
-takes the aliases ``google_gemini``, ``llamacpp``, ``lmstudio`` and dashes)."""
+PROVIDER_NAMES = tuple(info.cli_name for info in ENDPOINTS)
+"""The names ``--provider`` and ``CUCA_PROVIDER`` accept, from the provider table
+(``ProviderEndpoint.parse`` also takes each endpoint's kind, the aliases and dashes)."""
 
 THINK_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 

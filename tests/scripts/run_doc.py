@@ -32,11 +32,12 @@ def python_blocks(page: Path) -> list[str]:
 
 
 def redirect(url: str) -> None:
-    """Send every client's requests to ``url`` (the vendor hosts are not reachable)."""
+    """Send every client's requests to ``url`` (the vendor hosts are not reachable);
+    a custom endpoint keeps the URL its page gives it."""
     original = CucaClient.__init__
 
     def init(self: CucaClient, provider: ProviderEndpoint, **kwargs: Any) -> None:
-        if provider != ProviderEndpoint.LOCAL:
+        if provider != ProviderEndpoint.LOCAL and not provider.is_custom:
             kwargs["base_url"] = url + SUFFIX[provider.kind]
         original(self, provider, **kwargs)
 
