@@ -62,7 +62,7 @@ _RULES: tuple[tuple[str, tuple[str, ...], ToolSyntax | None], ...] = (
     ("firefunction", (" functools[",), None),
     ("deepseek-r1", ("<｜tool▁calls▁begin｜>",), None),
     ("command-r", ("<|START_ACTION|>",), None),
-    ("gpt-oss", ("<|channel|>",), None),
+    ("gpt-oss", ("<|channel|>",), ToolSyntax.HARMONY),
     ("hermes", ("<tool_call>",), ToolSyntax.HERMES),
     ("llama3", ("<|start_header_id|>ipython<|end_header_id|>",), ToolSyntax.LLAMA3_JSON),
     ("llama3", ("<|python_tag|>",), ToolSyntax.LLAMA3_JSON),

@@ -19,6 +19,7 @@ class ToolSyntax(enum.Enum):
     HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen)
     LLAMA3_JSON = "llama3_json"  # <|python_tag|>{...} or a bare JSON object (Llama 3.x)
     MISTRAL = "mistral"  # [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...}
+    HARMONY = "harmony"  # gpt-oss: <|channel|>commentary to=functions.NAME ...<|message|>{...}
 
 
 @attrs.frozen

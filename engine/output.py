@@ -37,8 +37,9 @@ from cuca.errors import ProviderError
 from cuca.types import Text, Thinking, ToolCall, new_call_id
 
 from .formats import OutputFormat, ToolSyntax
+from .harmony import HARMONY_MARKERS, HarmonyParser, tokens_in_spans
 
-__all__ = ["Item", "OutputParser", "format_markers", "new_call_id"]
+__all__ = ["Item", "OutputParser", "format_markers", "new_call_id", "new_output_parser"]
 
 Item: TypeAlias = Text | Thinking | ToolCall | ProviderError
 """One parser output: a block, or the error that replaces a malformed tool call."""
@@ -51,7 +52,10 @@ _TOOL_MARKERS: dict[ToolSyntax, tuple[str, ...]] = {
     ToolSyntax.HERMES: (HERMES_OPEN,),
     ToolSyntax.LLAMA3_JSON: (PYTHON_TAG,),
     ToolSyntax.MISTRAL: (MISTRAL_CALLS,),
+    ToolSyntax.HARMONY: HARMONY_MARKERS,
 }
+_INLINE_SYNTAXES = (ToolSyntax.HERMES, ToolSyntax.LLAMA3_JSON, ToolSyntax.MISTRAL)
+"""The syntaxes this parser reads (harmony has a parser of its own)."""
 _Parts: TypeAlias = tuple[str, dict[str, Any]]  # a call's name and arguments
 _MAX_MISTRAL_NAME = 256
 _WAIT = -1
@@ -71,6 +75,16 @@ def format_markers(fmt: OutputFormat) -> frozenset[str]:
     if fmt.tool_syntax is ToolSyntax.MISTRAL:
         markers.update((MISTRAL_ARGS, MISTRAL_CALL_ID))
     return frozenset(markers)
+
+
+def new_output_parser(
+    fmt: OutputFormat, *, thinking_enabled: bool, id_factory: Callable[[], str] = new_call_id
+) -> OutputParser | HarmonyParser:
+    """The streaming parser for ``fmt``: :class:`~cuca.engine.harmony.HarmonyParser` for
+    gpt-oss's harmony messages, :class:`OutputParser` for every other family."""
+    if fmt.tool_syntax is ToolSyntax.HARMONY:
+        return HarmonyParser(thinking_enabled=thinking_enabled, id_factory=id_factory)
+    return OutputParser(fmt, thinking_enabled=thinking_enabled, id_factory=id_factory)
 
 
 class _Mode(enum.Enum):
@@ -264,7 +278,7 @@ class OutputParser:
         reasoning = fmt.reasoning
         self._text_markers: tuple[str, ...] = (
             *(reasoning or ()),
-            *(_TOOL_MARKERS[fmt.tool_syntax] if fmt.tool_syntax else ()),
+            *(_TOOL_MARKERS[fmt.tool_syntax] if fmt.tool_syntax in _INLINE_SYNTAXES else ()),
         )
         self._end_marker = reasoning[1] if reasoning else ""
         if reasoning and fmt.starts_in_thinking:
@@ -293,17 +307,7 @@ class OutputParser:
         """
         if not self.thinking_enabled:
             return None
-        spans = self.reasoning_spans
-        count, start, j = 0, 0, 0
-        for end in token_ends:
-            while j < len(spans) and spans[j][1] <= start:
-                j += 1
-            if j < len(spans):
-                s, e = spans[j]
-                if (start < e and end > s) or (start == end and s <= start < e):
-                    count += 1
-            start = end
-        return count
+        return tokens_in_spans(self.reasoning_spans, token_ends)
 
     def feed(self, text: str) -> list[Item]:
         """Parse ``text``, the next piece of output; return the items now decided."""

@@ -37,7 +37,8 @@ from cuca.stages.chain import Chained, Sink, Step
 from cuca.turn import EndOfTurn
 from cuca.types import PromptCacheUsage, TokenUsage, TurnSummary, UnifiedRequest
 
-from .output import OutputParser, new_call_id
+from .harmony import HarmonyParser
+from .output import OutputParser, new_call_id, new_output_parser
 from .records import TokenSink, TurnEnd, TurnStart
 
 __all__ = [
@@ -207,7 +208,7 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[A
     class OutputParse(Step[Any, Any]):
         def __init__(self, out: Sink[Any]) -> None:
             super().__init__(out)
-            self.parser: OutputParser | None = None
+            self.parser: OutputParser | HarmonyParser | None = None
             self.request: UnifiedRequest | None = None
             self.token_ends: list[int] = []
             self.offset = 0
@@ -221,7 +222,7 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[A
                     self.offset += len(item)
                     self.token_ends.append(self.offset)
                 elif isinstance(item, TurnStart):
-                    parser = self.parser = OutputParser(
+                    parser = self.parser = new_output_parser(
                         item.output_format,
                         thinking_enabled=item.thinking_enabled,
                         id_factory=id_factory,
@@ -235,7 +236,7 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[A
             if out:
                 await self.out.send(out)
 
-        def _end(self, parser: OutputParser, end: TurnEnd) -> list[Any]:
+        def _end(self, parser: OutputParser | HarmonyParser, end: TurnEnd) -> list[Any]:
             out: list[Any] = parser.feed(end.tail)
             if self.token_ends:
                 self.token_ends[-1] += len(end.tail)

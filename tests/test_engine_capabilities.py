@@ -50,6 +50,7 @@ KNOWN = {
     "google-gemma-2-2b-it.jinja": (False, False, False),
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": (True, True, False),
     "microsoft-Phi-3.5-mini-instruct.jinja": (False, False, False),
+    "openai-gpt-oss-120b.jinja": (True, False, True),
 }
 
 
@@ -107,7 +108,11 @@ FAMILIES = {
     R1_QWEN: ("deepseek-r1", None, THINK),
     "ByteDance-Seed-OSS.jinja": ("seed-oss", None, ("<seed:think>", "</seed:think>")),
     "MiniMax-M2.jinja": ("minimax", None, THINK),
-    "openai-gpt-oss-120b.jinja": ("gpt-oss", None, ("<|channel|>analysis<|message|>", "<|end|>")),
+    "openai-gpt-oss-120b.jinja": (
+        "gpt-oss",
+        ToolSyntax.HARMONY,
+        ("<|channel|>analysis<|message|>", "<|end|>"),
+    ),
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": (
         "command-r",
         None,
