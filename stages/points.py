@@ -137,7 +137,8 @@ ENGINE: Point[UnifiedRequest, EngineRecord] = Point(
     "engine",
     "`UnifiedRequest`",
     "the request, a `TurnStart`, one `str` per token, a `TurnEnd`",
-    "the model generates in a worker thread; each wake-up carries every token since the last",
+    "the turn runs on the model's engine thread, in one batch with its other turns; "
+    "each wake-up carries every token since the last",
     (UnifiedRequest,),
 )
 OUTPUT_PARSE: Point[EngineRecord, Item | EndOfTurn] = Point(
