@@ -4,7 +4,9 @@
 template a GGUF file carries, with the variables Hugging Face transformers passes
 (``messages``, ``tools``, ``add_generation_prompt``, ``bos_token``, ``eos_token``) plus
 ``enable_thinking``, ``thinking`` and ``preserve_thinking``, inside the bounded sandbox
-of :mod:`engine.sandbox`. From the same template it derives what the output parser
+of :mod:`engine.sandbox`, with what llama.cpp's renderer adds (:mod:`engine.llamacpp_compat`:
+today's date, FireFunction's variables, system text folded for templates without a
+system role). From the same template it derives what the output parser
 needs (:meth:`ChatTemplate.output_format`) and what the model supports
 (:meth:`ChatTemplate.capabilities`).
 """
@@ -32,6 +34,7 @@ from cuca.types import (
 
 from .families import Family, detect_family, ends_in_reasoning, find_markers
 from .formats import Capabilities, OutputFormat, RenderedTurn, ToolSyntax
+from .llamacpp_compat import SYSTEM_PROBE, extra_variables, fold_system
 from .sandbox import ChatSandbox, Limits
 
 __all__ = ["ChatTemplate", "ToolArguments", "template_variables", "thinking_enabled"]
@@ -202,6 +205,7 @@ def _suffix(full: str, prefix: str) -> str:
 
 
 _PROBE = UnifiedRequest.new("probe").add_user_message("Hello").set_thinking(True)
+_SYSTEM_PROBE = UnifiedRequest.new("probe").add_system_message(SYSTEM_PROBE).add_user_message("Hey")
 
 
 # -- the template ---------------------------------------------------------------------
@@ -212,7 +216,8 @@ class ChatTemplate:
 
     ``bos_token`` and ``eos_token`` are the model's special tokens as text. ``limits``
     bounds each rendering (see :class:`~engine.sandbox.Limits`); ``clock`` is what
-    ``strftime_now`` reads (``datetime.now`` by default; tests pin it). Raises
+    ``strftime_now`` and the date variables read (``datetime.now`` by default; tests
+    pin it). Raises
     :class:`~cuca.errors.TemplateError` if ``source`` is not a valid template.
     """
 
@@ -232,6 +237,7 @@ class ChatTemplate:
         self._template, self._reads = self._sandbox.compile_template(source)
         self.family: Family = detect_family(source)
         self._capabilities: Capabilities | None = None
+        self._system_role: bool | None = None
 
     def __repr__(self) -> str:
         return f"<ChatTemplate family={self.family.name} {len(self.source)} chars>"
@@ -240,14 +246,51 @@ class ChatTemplate:
         """Whether the template reads ``variable`` from its context (e.g. ``enable_thinking``)."""
         return variable in self._reads
 
-    def _variables(self, request: UnifiedRequest, add_generation_prompt: bool) -> dict[str, Any]:
-        return template_variables(
+    def _variables(
+        self, request: UnifiedRequest, add_generation_prompt: bool, *, fold: bool = True
+    ) -> dict[str, Any]:
+        variables = template_variables(
             request,
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token,
             eos_token=self.eos_token,
             call_ids=mistral_call_id if self.family.tool_syntax is ToolSyntax.MISTRAL else _same_id,
         )
+        now = self._sandbox.clock()
+        variables.update(extra_variables(self.reads, now, variables.get("tools")))
+        messages = variables["messages"]
+        if fold and any(m["role"] == "system" for m in messages) and not self.has_system_role():
+            variables["messages"] = fold_system(messages)
+        return variables
+
+    def has_system_role(self) -> bool:
+        """Whether a system message reaches the prompt, as llama.cpp tests it: a
+        ``[system, user]`` conversation renders without error and shows the system text.
+        Without one, system text is folded into the next user turn. Never raises."""
+        if self._system_role is None:
+            variables = self._variables(_SYSTEM_PROBE, False, fold=False)
+            try:
+                rendered = self.render_variables(variables)
+            except TemplateError:
+                rendered = ""
+            self._system_role = SYSTEM_PROBE in rendered
+        return self._system_role
+
+    def variables(
+        self, request: UnifiedRequest, *, add_generation_prompt: bool = True
+    ) -> dict[str, Any]:
+        """What the template sees for ``request`` (a fresh copy each call).
+
+        Raises :class:`~cuca.errors.ConfigurationError` for a request the engine cannot
+        send.
+        """
+        return self._variables(request, add_generation_prompt)
+
+    def render_variables(self, variables: dict[str, Any]) -> str:
+        """Render the template with exactly ``variables`` (see :meth:`variables`); raises
+        :class:`~cuca.errors.TemplateError` like :meth:`render`."""
+        size = _text_size(variables)
+        return self._sandbox.render_template(self._template, variables, input_chars=size)
 
     def render(self, request: UnifiedRequest, *, add_generation_prompt: bool = True) -> str:
         """The prompt for ``request``.
@@ -256,9 +299,7 @@ class ChatTemplate:
         send and :class:`~cuca.errors.TemplateError` for any failure of the template,
         including its own ``raise_exception``.
         """
-        variables = self._variables(request, add_generation_prompt)
-        size = _text_size(variables)
-        return self._sandbox.render_template(self._template, variables, input_chars=size)
+        return self.render_variables(self._variables(request, add_generation_prompt))
 
     def render_turn(self, request: UnifiedRequest) -> RenderedTurn:
         """The prompt for ``request`` and the format of the output that follows it, from

@@ -240,12 +240,14 @@ def test_template_namespace_and_loop_controls() -> None:
 def test_template_trim_and_lstrip_blocks_as_hf() -> None:
     source = (
         "{% for m in messages %}\n"
-        "    {% if m.role == 'user' %}\n"
+        "    {% if m.role != 'assistant' %}\n"
         "[{{ m.content }}]\n"
         "    {% endif %}\n"
         "{% endfor %}\n"
     )
-    assert render(source) == "[What is the capital of France?]\n[And of Italy?]\n"
+    assert render(source) == (
+        "[You are a helpful assistant.]\n[What is the capital of France?]\n[And of Italy?]\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -278,7 +280,10 @@ def test_template_list_methods_mutate_template_lists() -> None:
 
 def test_template_generation_tag_renders_its_body() -> None:
     source = "{% for m in messages %}{% generation %}{{ m.role[0] }}{% endgeneration %}{% endfor %}"
-    assert render(source) == "suau"
+    assert (
+        render(source, UnifiedRequest.new("m").add_user_message("Hi").add_assistant_message("Yo"))
+        == "ua"
+    )
 
 
 def test_template_from_json_filter() -> None:
@@ -403,10 +408,12 @@ LLAMA31_CHAT = (
 
 
 def test_template_llama31_exact(corpus: dict[str, str]) -> None:
-    # Llama 3.1 prints its own fixed date unless the caller passes date_string.
+    # Llama 3.1 prints a fixed 26 Jul 2024 unless given date_string: cuca passes today's
+    # date, as llama.cpp does (the clock is pinned).
     source = corpus["meta-llama-Llama-3.1-8B-Instruct.jinja"]
-    rendered = render(source, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
-    assert rendered == LLAMA31_CHAT.format(date="26 Jul 2024")
+    clock = lambda: datetime(2025, 3, 9)  # noqa: E731
+    rendered = render(source, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", clock=clock)
+    assert rendered == LLAMA31_CHAT.format(date="09 Mar 2025")
 
 
 def test_template_llama32_exact_with_pinned_clock(corpus: dict[str, str]) -> None:
@@ -421,7 +428,7 @@ def test_template_llama31_exact_tools(corpus: dict[str, str]) -> None:
     expected = (
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
         "Environment: ipython\nCutting Knowledge Date: December 2023\n"
-        "Today Date: 26 Jul 2024\n\nYou are a helpful assistant.<|eot_id|>"
+        "Today Date: 09 Mar 2025\n\nYou are a helpful assistant.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\n"
         "Given the following functions, please respond with a JSON for a function call "
         "with its proper arguments that best answers the given prompt.\n\n"
@@ -453,7 +460,8 @@ def test_template_llama31_exact_tools(corpus: dict[str, str]) -> None:
         "<|start_header_id|>assistant<|end_header_id|>\n\n"
     )
     source = corpus["meta-llama-Llama-3.1-8B-Instruct.jinja"]
-    assert render(source, tool_chat(), bos_token="<|begin_of_text|>") == expected
+    clock = lambda: datetime(2025, 3, 9)  # noqa: E731
+    assert render(source, tool_chat(), bos_token="<|begin_of_text|>", clock=clock) == expected
 
 
 R1_BOS = "<｜begin▁of▁sentence｜>"
@@ -495,17 +503,17 @@ def test_template_deepseek_r1_drops_past_reasoning(corpus: dict[str, str]) -> No
 
 # -- the corpus -----------------------------------------------------------------------
 
-# Templates that refuse every conversation below, with the template's own reason.
-REFUSES_ALL = {
-    # Gemma 2 has no system role: raise_exception('System role not supported').
-    "google-gemma-2-2b-it.jinja": "System role not supported",
-    # Firefunction v2 reads a non-standard ``functions`` variable nobody passes.
-    "fireworks-ai-llama-3-firefunction-v2.jinja": "'functions' is undefined",
-}
+# Templates that refuse every conversation below, with the template's own reason: none
+# since Gemma 2 (no system role) gets its system text folded into the first user turn
+# and FireFunction v2 its ``functions`` and ``datetime``, as llama.cpp renders them
+# (tests/test_template_llamacpp_compat.py).
+REFUSES_ALL: dict[str, str] = {}
 # Templates that refuse OpenAI-style tool definitions.
 REFUSES_TOOLS = {
     # Command R+ wants Cohere tool definitions ({name, description, parameter_definitions}).
     "CohereForAI-c4ai-command-r-plus-tool_use.jinja": "has no attribute 'description'",
+    # Gemma 2 has no tool role: its roles must alternate user/assistant.
+    "google-gemma-2-2b-it.jinja": "Conversation roles must alternate",
 }
 
 

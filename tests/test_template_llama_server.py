@@ -1,0 +1,144 @@
+"""Differential: the engine's jinja2 rendering against llama.cpp's own renderer.
+
+For every template of the 70-template corpus, a real ``llama-server --jinja
+--chat-template-file F`` (SmolLM2 135M, one thread, a 256-token context, no warmup)
+renders the same conversation through ``POST /apply-template``, with thinking off and
+on, and cuca's ``ChatTemplate`` (given the server's own ``bos_token`` and ``eos_token``)
+must write the same prompt, byte for byte.
+
+llama-server takes its template at startup only (``/apply-template`` and ``POST /props``
+ignore a template in the body), so there is one server per template; two start at a
+time and each answers both renderings. The servers run with ``--no-reasoning-preserve``,
+the seed's ``preserve_thinking`` false; what llama.cpp's default changes is checked
+separately, on the templates that read it. Where the seed decides otherwise, the
+difference is asserted to be exactly that decision (docs/local-models.md lists them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from support.corpus import TEMPLATES, corpus_params, template_corpus
+from support.llama_server import running_llama_server
+
+from cuca import TemplateError, UnifiedRequest
+from cuca.engine.template import ChatTemplate
+
+pytestmark = pytest.mark.slow
+
+CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "What is 2+2?"},
+    {"role": "assistant", "content": "4."},
+    {"role": "user", "content": "And 3+3?"},
+]
+REQUEST = (
+    UnifiedRequest.new("m")
+    .add_system_message("You are terse.")
+    .add_user_message("What is 2+2?")
+    .add_assistant_message("4.")
+    .add_user_message("And 3+3?")
+)
+LEAN = ["--jinja", "--no-warmup", "-c", "256", "--fit", "off"]
+SEED_VARIABLES = ["--no-reasoning-preserve"]
+# Seed 000: "A disabled or missing thinking sets both to false." Kimi K3 reads `thinking`
+# (true when undefined) and llama.cpp passes only `enable_thinking`: with thinking off,
+# llama.cpp's prompt thinks, cuca's does not.
+SEED_THINKING = {("Kimi-K3.jinja", False)}
+# Seed 000: "preserve_thinking is always false." llama-server preserves reasoning by
+# default (--reasoning-preserve): `preserve_thinking` true, `drop_thinking` false.
+PRESERVING = [
+    "LFM2.5-8B-A1B.jinja",
+    "deepseek-ai-DeepSeek-V4-Flash-0731.jinja",
+    "deepseek-ai-DeepSeek-V4.jinja",
+    "poolside-Laguna-S-2.1.jinja",
+]
+PRESERVE_VARIABLES = {"preserve_thinking": True, "drop_thinking": False}
+
+Rendered = dict[str, Any]  # bos_token, eos_token, and the prompt (None: refused) per mode
+
+
+def llama_render(name: str, flags: Sequence[str]) -> Rendered:
+    """Start llama-server with template ``name`` and render the conversation twice."""
+    args = [*LEAN, "--chat-template-file", str(TEMPLATES / name), *flags]
+    with running_llama_server(args) as server:
+        props = httpx.get(f"{server.url}/props", timeout=30).json()
+        out: Rendered = {"bos_token": props["bos_token"], "eos_token": props["eos_token"]}
+        for thinking in (False, True):
+            body = {"messages": CONVERSATION, "chat_template_kwargs": {"enable_thinking": thinking}}
+            reply = httpx.post(f"{server.url}/apply-template", json=body, timeout=60)
+            out[str(thinking)] = reply.json()["prompt"] if reply.status_code == 200 else None
+    return out
+
+
+def render_all(names: Sequence[str], flags: Sequence[str]) -> dict[str, Rendered]:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(names, pool.map(lambda n: llama_render(n, flags), names), strict=True))
+
+
+@pytest.fixture(scope="module")
+def llama_cpp() -> dict[str, Rendered]:
+    return render_all(corpus_params(), SEED_VARIABLES)
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_preserving() -> dict[str, Rendered]:
+    return render_all(PRESERVING, [])
+
+
+def ours(name: str, rendered: Rendered) -> ChatTemplate:
+    source = template_corpus()[name]
+    return ChatTemplate(source, bos_token=rendered["bos_token"], eos_token=rendered["eos_token"])
+
+
+def cuca_render(template: ChatTemplate, variables: dict[str, Any]) -> str | None:
+    try:
+        return template.render_variables(variables)
+    except TemplateError:
+        return None
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+@pytest.mark.parametrize("name", corpus_params())
+def test_template_renders_as_llama_cpp(
+    llama_cpp: dict[str, Rendered], name: str, thinking: bool
+) -> None:
+    """Seed 000: "The prompt is rendered with add_generation_prompt true", through the
+    model's own template: the prompt is the one llama.cpp writes for the same
+    conversation and variables."""
+    rendered = llama_cpp[name]
+    template = ours(name, rendered)
+    variables = template.variables(REQUEST.set_thinking(thinking))
+    theirs = rendered[str(thinking)]
+    assert theirs is not None, f"llama.cpp refused {name}"
+    if (name, thinking) in SEED_THINKING:
+        assert cuca_render(template, variables) != theirs
+        del variables["thinking"]  # what llama.cpp passes instead
+    assert cuca_render(template, variables) == theirs
+
+
+@pytest.mark.parametrize("name", PRESERVING)
+def test_llama_cpp_default_preserves_reasoning_where_the_seed_does_not(
+    llama_cpp_preserving: dict[str, Rendered], name: str
+) -> None:
+    """Seed 000: "preserve_thinking is always false." llama-server's default differs in
+    exactly these variables, on the templates that read them."""
+    rendered = llama_cpp_preserving[name]
+    template = ours(name, rendered)
+    for thinking in (False, True):
+        variables = template.variables(REQUEST.set_thinking(thinking))
+        assert variables["preserve_thinking"] is False
+        variables.update(PRESERVE_VARIABLES)
+        assert cuca_render(template, variables) == rendered[str(thinking)]
+
+
+def test_the_preserving_templates_are_those_that_read_the_variables() -> None:
+    readers = [
+        name for name, source in template_corpus().items()
+        if any(ChatTemplate(source).reads(v) for v in ("preserve_thinking", "drop_thinking"))
+    ]  # fmt: skip
+    assert readers == PRESERVING
