@@ -4,11 +4,11 @@
 template a GGUF file carries, with the variables Hugging Face transformers passes
 (``messages``, ``tools``, ``add_generation_prompt``, ``bos_token``, ``eos_token``) plus
 ``enable_thinking``, ``thinking`` and ``preserve_thinking``, inside the bounded sandbox
-of :mod:`engine.sandbox`, with what llama.cpp's renderer adds (:mod:`engine.llamacpp_compat`:
-today's date, FireFunction's variables, system text folded for templates without a
-system role). From the same template it derives what the output parser
-needs (:meth:`ChatTemplate.output_format`) and what the model supports
-(:meth:`ChatTemplate.capabilities`).
+of :mod:`engine.sandbox`, with what llama.cpp's renderer adds
+(:mod:`engine.llamacpp_compat`: today's date, FireFunction's variables, system text
+folded for templates without a system role). From the same template it derives what
+the output parser needs (:meth:`ChatTemplate.output_format`) and what the model
+supports (:meth:`ChatTemplate.capabilities`).
 """
 
 from __future__ import annotations
@@ -217,8 +217,8 @@ class ChatTemplate:
     ``bos_token`` and ``eos_token`` are the model's special tokens as text. ``limits``
     bounds each rendering (see :class:`~engine.sandbox.Limits`); ``clock`` is what
     ``strftime_now`` and the date variables read (``datetime.now`` by default; tests
-    pin it). Raises
-    :class:`~cuca.errors.TemplateError` if ``source`` is not a valid template.
+    pin it). Raises :class:`~cuca.errors.TemplateError` if ``source`` is not a valid
+    template.
     """
 
     def __init__(

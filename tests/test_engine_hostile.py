@@ -155,10 +155,14 @@ def test_hostile_data_keys_with_underscores_are_plain_data() -> None:
 
 
 def test_hostile_templates_mutate_only_their_own_data() -> None:
-    source = "{% set _ = messages.append({'role': 'x'}) %}{{ messages | length }}"
+    # (It prints the system text, so it has a system role: nothing is folded.)
+    source = (
+        "{% set _ = messages.append({'role': 'x'}) %}{{ messages | length }} "
+        "{{ messages[0].content }}"
+    )
     template = ChatTemplate(source)
-    assert template.render(REQUEST) == "3"
-    assert template.render(REQUEST) == "3"
+    assert template.render(REQUEST) == "3 Be brief."
+    assert template.render(REQUEST) == "3 Be brief."
     assert len(REQUEST.messages) == 2
 
 
@@ -268,7 +272,8 @@ def test_hostile_limits_grow_with_the_conversation() -> None:
 
 def test_hostile_errors_render_cleanly_afterwards() -> None:
     # A refused rendering leaves the template usable.
-    template = ChatTemplate("{% if messages | length > 2 %}{{ 'x' * 10 ** 9 }}{% endif %}ok")
+    users = "messages | selectattr('role', 'equalto', 'user') | list | length"
+    template = ChatTemplate("{% if " + users + " > 1 %}{{ 'x' * 10 ** 9 }}{% endif %}ok")
     with pytest.raises(TemplateError):
         template.render(REQUEST.add_user_message("again"))
     assert template.render(REQUEST) == "ok"
