@@ -93,8 +93,8 @@ class AnthropicConfig:
     (``("interleaved-thinking-2025-05-14",)`` lets Claude 4 models think between tool
     calls). ``adaptive_thinking`` chooses how a unified ``ThinkingEffort`` is sent:
     ``False`` (the default) as a ``budget_tokens`` budget, ``True`` as adaptive thinking
-    with an ``output_config.effort`` (models that take adaptive thinking, Claude Opus 4.6
-    and later). ``repr`` never shows the token.
+    with an ``output_config.effort`` (for the models that take adaptive thinking).
+    ``repr`` never shows the token.
     """
 
     bearer_token: str | None = attrs.field(default=None, repr=_hide)

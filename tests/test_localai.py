@@ -134,8 +134,9 @@ async def test_seed_004_rome_weather_round_trip(data: st.DataObject) -> None:
 
 
 async def test_seed_004_openai_endpoint_would_send_a_key_localai_ignores() -> None:
-    """Why the docs select VLLM: seed 004's schema reads max_tokens, and the OPENAI
-    endpoint sends max_completion_tokens (which a LocalAI request body does not read)."""
+    """Why docs/providers/localai.md selects VLLM: LocalAI's request schema reads
+    max_tokens (core/schema/prediction.go) and has no max_completion_tokens, which is
+    the key the OPENAI endpoint sends."""
     async with open_replay_server(replies()) as server:
         base = f"{server.url}/v1"
         async with CucaClient(ProviderEndpoint.OPENAI, base_url=base) as client:
