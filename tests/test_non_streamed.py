@@ -17,11 +17,13 @@ import attrs
 import openai.types.chat
 import openai.types.responses
 import pytest
+import trio
 from conformance.targets import BY_NAME, Target, normalized
 from google.genai import types as genai_types
 from support.transcripts import TRANSCRIPTS, transcript
 
 from cuca import (
+    CucaPlugin,
     JsonError,
     ProviderError,
     RetryPolicy,
@@ -124,3 +126,51 @@ async def test_non_streamed_truncated_json_is_a_json_error() -> None:
     reply = Reply(body[: len(body) // 2], headers=JSON)
     with pytest.raises(JsonError, match="openai sent a frame that is not JSON"):
         await run(BY_NAME["openai"], reply, stream=False)
+
+
+class Recorder(CucaPlugin):
+    """Sees what plugins see: each block, then the response."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Any] = []
+        self.responses: list[Any] = []
+
+    async def on_stream_chunk(self, block: Any) -> Any:
+        self.blocks.append(block)
+        return block
+
+    async def on_response_complete(self, response: Any) -> None:
+        self.responses.append(response)
+
+
+async def test_non_streamed_turn_runs_the_plugins_as_a_streamed_one() -> None:
+    target = BY_NAME["anthropic"]
+    seen = []
+    for stream, reply in [
+        (True, Reply(transcript("anthropic/thinking_two_tools"))),
+        (False, Reply(whole("anthropic/thinking_two_tools"), headers=JSON)),
+    ]:
+        recorder = Recorder()
+        async with open_replay_server(reply) as server:
+            async with target.client(server.url, plugins=[recorder]) as client:
+                await client.generate(target.request().set_stream(stream))
+        seen.append((list(merge_blocks(recorder.blocks)), recorder.responses))
+    assert seen[0] == seen[1]
+    assert len(seen[1][1]) == 1
+
+
+async def test_non_streamed_turn_dropped_while_waiting_closes_the_connection() -> None:
+    """The server sends half the JSON and stalls: leaving the block ends the turn at
+    once, connection included, as for a stream."""
+    body = whole("openai/parallel_tool_calls")
+    reply = Reply(body, headers=JSON, stall_after=len(body) // 2)
+    target = BY_NAME["openai"]
+    async with open_replay_server(reply) as server:
+        async with target.client(server.url) as client:
+            with trio.move_on_after(0.3) as scope:
+                async with client.generate_stream(target.request().set_stream(False)) as s:
+                    async for _ in s:
+                        pass
+            assert scope.cancelled_caught
+            with trio.fail_after(5):
+                await server.wait_connections_closed()
