@@ -13,6 +13,11 @@ taken in turns so that a busy machine slows them all alike:
 
 Reported: each median, its ratio to the floor, and cuca's target (within 1.15x of the
 floor). Never part of pass/fail.
+
+An editable install (``pip install -e``, as ``make test`` does) adds setuptools' import
+finder to every ``import cuca``. To measure what a user's regular install costs, put
+one on the path: ``pip install --no-deps --target /tmp/site .`` then
+``PYTHONPATH=/tmp/site python tests/benchmarks/bench_import.py``.
 """
 
 from __future__ import annotations
