@@ -15,9 +15,9 @@ every name either way. To export a name lazily, add it to ``_LAZY`` and to the
 ``TYPE_CHECKING`` block (a test checks that the two agree).
 """
 
-import importlib as _importlib
 import typing as _typing
 
+from ._lazy import lazy_names as _lazy_names
 from .client import CucaClient as CucaClient
 from .client import ResponseFuture as ResponseFuture
 from .client import Timeouts as Timeouts
@@ -105,16 +105,4 @@ _LAZY: dict[str, str] = {
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> _typing.Any:
-    """Import the module behind a lazy name on first use, then cache the name here."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """Every public name, the lazy ones included."""
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())

@@ -7,8 +7,9 @@ The names below are imported on first use, so that naming an endpoint (the provi
 table) loads no adapter.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from cuca._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from .base import ClientSettings as ClientSettings
@@ -35,13 +36,4 @@ _LAZY: dict[str, str] = {
 """Names resolved on first use: name -> the module that defines it."""
 
 
-def __getattr__(name: str) -> _typing.Any:
-    """Import the module behind a lazy name on first use."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
