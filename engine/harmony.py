@@ -31,7 +31,9 @@ from collections.abc import Callable, Sequence
 from cuca.errors import ProviderError
 from cuca.types import Text, Thinking, ToolCall, new_call_id
 
-__all__ = ["HARMONY_MARKERS", "HarmonyParser", "tokens_in_spans"]
+from .streaming import StreamingParser
+
+__all__ = ["HARMONY_MARKERS", "HarmonyParser"]
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 END, CALL, RETURN, CONSTRAIN = "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"
@@ -44,22 +46,6 @@ _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL_NAME = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
 
 Item = Text | Thinking | ToolCall | ProviderError
-
-
-def tokens_in_spans(spans: Sequence[tuple[int, int]], token_ends: Sequence[int]) -> int:
-    """How many tokens fall in ``spans`` (character ranges); ``token_ends[i]`` is where
-    token ``i``'s text ends, and a token with no text counts when its position lies
-    inside a span."""
-    count, start, j = 0, 0, 0
-    for end in token_ends:
-        while j < len(spans) and spans[j][1] <= start:
-            j += 1
-        if j < len(spans):
-            s, e = spans[j]
-            if (start < e and end > s) or (start == end and s <= start < e):
-                count += 1
-        start = end
-    return count
 
 
 def _held(text: str, markers: Sequence[str]) -> int:
@@ -76,7 +62,7 @@ def _first(text: str, markers: Sequence[str]) -> tuple[int, str | None]:
     return min(found) if found else (-1, None)
 
 
-class HarmonyParser:
+class HarmonyParser(StreamingParser[Item]):
     """Turns harmony output into blocks, incrementally (see the module docstring).
 
     ``thinking_enabled`` decides whether reasoning tokens are counted; ``id_factory``
@@ -86,61 +72,21 @@ class HarmonyParser:
     def __init__(
         self, *, thinking_enabled: bool, id_factory: Callable[[], str] = new_call_id
     ) -> None:
-        self.thinking_enabled = thinking_enabled
+        super().__init__(thinking_enabled=thinking_enabled)
         self._new_id = id_factory
-        self._buf = ""
-        self._pos = 0  # offset of _buf[0] in everything fed so far
         self._in_header = False  # between <|start|>/<|channel|> and <|message|>
         self._header = ""
         self._body: str | None = None  # the kind of the body being read, None: outside
         self._recipient = ""
         self._call_body = ""
-        self._spans: list[list[int]] = []
         self._skip_ws = True  # whitespace between messages is dropped
         self._header_start = 0
-        self._closed = False
 
-    @property
-    def reasoning_spans(self) -> tuple[tuple[int, int], ...]:
-        """Where analysis messages lie in the text fed so far (headers included)."""
-        end = self._pos + len(self._buf)
-        return tuple((span[0], span[1] if len(span) > 1 else end) for span in self._spans)
-
-    def reasoning_token_count(self, token_ends: Sequence[int]) -> int | None:
-        """How many tokens are reasoning, or ``None`` when thinking is off."""
-        if not self.thinking_enabled:
-            return None
-        return tokens_in_spans(self.reasoning_spans, token_ends)
-
-    def feed(self, text: str) -> list[Item]:
-        """Parse ``text``, the next piece of output; return the items now decided."""
-        if self._closed:
-            raise RuntimeError("feed() after close()")
-        self._buf += text
-        out: list[Item] = []
-        while self._step(out, final=False):
-            pass
-        return out
-
-    def close(self) -> list[Item]:
-        """End of output: the open body ends here (a call is parsed, reasoning closed)."""
-        out: list[Item] = []
-        if not self._closed:
-            self._closed = True
-            while self._step(out, final=True):
-                pass
-            if self._body is not None:
-                self._end_body(out)
-            if self._spans and len(self._spans[-1]) == 1:
-                self._spans[-1].append(self._pos)
-        return out
+    def _at_end(self, out: list[Item]) -> None:
+        if self._body is not None:  # the body the end of generation cut off
+            self._end_body(out)
 
     # -- states --------------------------------------------------------------------
-
-    def _consume(self, n: int) -> str:
-        taken, self._buf = self._buf[:n], self._buf[n:]
-        self._pos += n
-        return taken
 
     def _step(self, out: list[Item], final: bool) -> bool:
         if self._in_header:

@@ -37,7 +37,8 @@ from cuca.errors import ProviderError
 from cuca.types import Text, Thinking, ToolCall, new_call_id
 
 from .formats import OutputFormat, ToolSyntax
-from .harmony import HARMONY_MARKERS, HarmonyParser, tokens_in_spans
+from .harmony import HARMONY_MARKERS, HarmonyParser
+from .streaming import StreamingParser
 
 __all__ = ["Item", "OutputParser", "format_markers", "new_call_id", "new_output_parser"]
 
@@ -245,7 +246,7 @@ def _held_suffix(text: str, markers: Sequence[str]) -> int:
     return held
 
 
-class OutputParser:
+class OutputParser(StreamingParser[Item]):
     """Turns generated text into blocks, incrementally (see the module docstring).
 
     ``fmt`` says which markers and tool syntax to expect; ``thinking_enabled`` is
@@ -261,11 +262,9 @@ class OutputParser:
         thinking_enabled: bool,
         id_factory: Callable[[], str] = new_call_id,
     ) -> None:
+        super().__init__(thinking_enabled=thinking_enabled)
         self.fmt = fmt
-        self.thinking_enabled = thinking_enabled
         self._new_id = id_factory
-        self._buf = ""
-        self._pos = 0  # offset of _buf[0] in everything fed so far
         self._mode = _Mode.TEXT
         self._skip_ws = False
         self._answer_start = True
@@ -273,8 +272,6 @@ class OutputParser:
         self._from_python_tag = False
         self._search_from = 0
         self._call_name = ""
-        self._spans: list[list[int]] = []
-        self._closed = False
         reasoning = fmt.reasoning
         self._text_markers: tuple[str, ...] = (
             *(reasoning or ()),
@@ -291,51 +288,7 @@ class OutputParser:
         """Whether the text fed last ended inside a reasoning block."""
         return self._mode is _Mode.REASONING
 
-    @property
-    def reasoning_spans(self) -> tuple[tuple[int, int], ...]:
-        """Where reasoning blocks lie in the text fed so far, markers included, as
-        ``(start, end)`` character offsets; an open block ends at the text fed so far."""
-        end = self._pos + len(self._buf)
-        return tuple((span[0], span[1] if len(span) > 1 else end) for span in self._spans)
-
-    def reasoning_token_count(self, token_ends: Sequence[int]) -> int | None:
-        """How many tokens fall in reasoning blocks, or ``None`` when thinking is off.
-
-        ``token_ends[i]`` is the offset where token ``i``'s text ends (token ``i`` spans
-        ``token_ends[i-1]`` to ``token_ends[i]``); a token that produced no text (half of
-        a UTF-8 character) counts when its position lies inside a block.
-        """
-        if not self.thinking_enabled:
-            return None
-        return tokens_in_spans(self.reasoning_spans, token_ends)
-
-    def feed(self, text: str) -> list[Item]:
-        """Parse ``text``, the next piece of output; return the items now decided."""
-        if self._closed:
-            raise RuntimeError("feed() after close()")
-        self._buf += text
-        out: list[Item] = []
-        while self._step(out, final=False):
-            pass
-        return out
-
-    def close(self) -> list[Item]:
-        """End of output: flush held text, end an open block, report an unfinished call."""
-        out: list[Item] = []
-        if not self._closed:
-            self._closed = True
-            while self._step(out, final=True):
-                pass
-            if self._spans and len(self._spans[-1]) == 1:
-                self._spans[-1].append(self._pos)
-        return out
-
     # -- plumbing ------------------------------------------------------------------
-
-    def _consume(self, n: int) -> str:
-        taken, self._buf = self._buf[:n], self._buf[n:]
-        self._pos += n
-        return taken
 
     def _emit_text(self, out: list[Item], n: int) -> None:
         text = self._consume(n)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.budget import examples
 from support.corpus import corpus_template
+from test_engine_output import merge
 
 from cuca.engine.formats import Capabilities, OutputFormat, ToolSyntax
 from cuca.engine.harmony import HARMONY_MARKERS, HarmonyParser
@@ -39,16 +40,7 @@ def parse(pieces: Sequence[str], thinking: bool = True) -> list[Item]:
     for piece in pieces:
         items += parser.feed(piece)
     items += parser.close()
-    merged: list[Item] = []
-    for item in items:
-        last = merged[-1] if merged else None
-        if isinstance(item, Text) and isinstance(last, Text):
-            merged[-1] = Text(last.text + item.text)
-        elif isinstance(item, Thinking) and isinstance(last, Thinking):
-            merged[-1] = Thinking(last.text + item.text)
-        else:
-            merged.append(item)
-    return merged
+    return merge(items)
 
 
 def test_harmony_reasoning_then_a_call() -> None:
