@@ -76,7 +76,7 @@ def test_conformance_kit_catches_a_thread_leaked_on_drop() -> None:
     (failure,) = failures_of("tick-leaky", ["drops", "transcript", "chunking"])
     assert failure.check == "drops"
     assert "thread 'tick-heartbeat' outlived the turn" in failure.problem
-    assert failure.case.startswith("drop after ")
+    assert failure.case.startswith("drop at message ")
 
 
 def test_conformance_kit_reports_every_failure_at_once() -> None:

@@ -5,6 +5,9 @@ scripted `Reply` values: chunked, paced, stalled, cut or endless; `logged_reply`
 turn recorded by `cuca.SessionLog` with its raw bytes. The strategies
 (`chunkings`, `chunk_sizes`, `split_points`) need Hypothesis, which the ``testing`` extra
 installs; they are imported on first use, so the rest works without it.
+
+`cuca.testing.conformance` (also needs Hypothesis) runs the conformance suite of the
+built-in adapters on any provider adapter: ``check_adapter(endpoint, transcripts)``.
 """
 
 import typing as _typing

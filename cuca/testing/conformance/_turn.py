@@ -1,8 +1,8 @@
 """One turn of the adapter under test against the replay server, and what it left behind.
 
 Each turn runs in its own `trio.run` with its own replay server and client, so that a
-failure reproduces alone. A turn can be dropped at a chosen point: at the consumer after
-its n-th item (``break``), or when the n-th message passes a named hop of the pipeline
+failure reproduces alone. A turn can be dropped at a chosen point: at the consumer, after
+its n-th item (``break``), or when the n-th message reaches a named hop of the pipeline
 (the consumer's scope is cancelled from there, whatever the other stages are doing).
 """
 
@@ -34,13 +34,14 @@ TURN_LIMIT = 20.0
 
 @attrs.frozen
 class Drop:
-    """Where to drop a turn: after `index` messages at `hop` (``"consumer"``: items)."""
+    """Where to drop a turn: when message number `index` (from 0) reaches `hop`, a point
+    of the pipeline (``"consumer"``: the consumer's items, left with ``break``)."""
 
     hop: str
     index: int
 
     def __str__(self) -> str:
-        return f"drop after {self.index} message(s) at {self.hop}"
+        return f"drop at message {self.index} of {self.hop}"
 
 
 @attrs.frozen
