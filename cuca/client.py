@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import attrs
 import httpx
 import trio
 
 from ._nursery import background_nursery
-from .errors import ConfigurationError, CucaError, DeadlineExceeded
+from .errors import ConfigurationError, DeadlineExceeded
 from .plugins import CucaPlugin
+from .pool import PoolPolicy
 from .retry import RetryPolicy
-from .stream import Completion, ResponseStream, completion
+from .stream import Completion, ResponseStream, collect
 from .turn import TurnState
-from .types import Block, ProviderEndpoint, UnifiedRequest, UnifiedResponse
+from .types import ProviderEndpoint, UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
     from cuca.engine.model import LocalModel
     from cuca.observe import _Watch
     from cuca.providers.base import ProviderAdapter
     from cuca.stages.pipeline import Insertion, Pipeline
     from cuca.stages.points import Point
+
+    from .pool import Pool
+    from .tool_loop import ToolLoopOptions, ToolLoopStream
+    from .tools import Tool
 
 __all__ = ["CucaClient", "ResponseFuture", "Timeouts"]
 
@@ -83,13 +90,17 @@ class CucaClient:
     ``None`` (no timeout, the default). ``local_model`` is required for
     ``ProviderEndpoint.LOCAL``. ``retry`` is the :class:`RetryPolicy` for failures
     before the first byte of a response body (2 retries by default).
+
+    ``base_url`` may be a list: a pool of servers serving the same model, each turn
+    sent to the one with the fewest turns in flight, a failing one ejected for a
+    cool-down (``pool``, a :class:`PoolPolicy`); see docs/fallback.md.
     """
 
     def __init__(
         self,
         provider: ProviderEndpoint,
         *,
-        base_url: str | None = None,
+        base_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
         plugins: Sequence[CucaPlugin] = (),
         timeout: Timeouts | float | None = None,
@@ -98,9 +109,11 @@ class CucaClient:
         stages: Sequence[Insertion[Any]] = (),
         http_client: httpx.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
+        pool: PoolPolicy | None = None,
     ) -> None:
         self.provider = provider
-        self.base_url = base_url
+        urls = None if base_url is None or isinstance(base_url, str) else tuple(base_url)
+        self.base_url = urls[0] if urls else base_url if isinstance(base_url, str) else None
         self._api_key = api_key
         self.plugins = tuple(plugins)
         self.timeouts = _timeouts(timeout)
@@ -112,6 +125,30 @@ class CucaClient:
         self._http = http_client
         self._adapter: ProviderAdapter | None = None
         self._closed = False
+        self._pool = None if urls is None else self._new_pool(urls, pool or PoolPolicy())
+
+    def _new_pool(self, urls: tuple[str, ...], policy: PoolPolicy) -> Pool:
+        """The pool of ``base_url=[...]``: a client per server, without retries of its
+        own (a failed attempt moves to another server; ``policy.attempts`` bounds them)."""
+        from .pool import Pool
+
+        if not urls or self.provider == ProviderEndpoint.LOCAL:
+            raise ConfigurationError("a pool needs one base URL or more, on an HTTP provider")
+
+        def member(url: str) -> CucaClient:
+            return CucaClient(
+                self.provider,
+                base_url=url,
+                api_key=self._api_key,
+                plugins=self.plugins,
+                timeout=self.timeouts,
+                provider_config=self.provider_config,
+                stages=self.stages,
+                http_client=self._http,
+                retry=RetryPolicy.never(),
+            )
+
+        return Pool(urls, policy, member)
 
     def __repr__(self) -> str:
         key = "<set>" if self._api_key else None
@@ -129,6 +166,9 @@ class CucaClient:
     async def aclose(self) -> None:
         """Close the connection pool (if the client created it)."""
         self._closed = True
+        if self._pool is not None:
+            for member in self._pool.clients:
+                await member.aclose()
         if self._http is not None and self._own_http:
             await self._http.aclose()
         self._http = None
@@ -228,11 +268,18 @@ class CucaClient:
         ended before this returns."""
         from cuca.observe import watched
 
+        if self._pool is not None:
+            if retry is not None:
+                raise ConfigurationError("a pool retries on its other servers: see PoolPolicy")
+            async with self._pool.generate_stream(request, stages=stages) as stream:
+                yield stream
+            return
         request = attrs.evolve(request, provider=self.provider)
         state = TurnState()
         pipeline, watch = watched(self.pipeline(stages, retry), self.plugins, request)
         send, receive = trio.open_memory_channel[Sequence[Any]](0)
-        stream = ResponseStream(receive, state, request)
+        endpoint = None if self.provider == ProviderEndpoint.LOCAL else self.base_url
+        stream = ResponseStream(receive, state, request, endpoint)
         with receive:
             async with background_nursery() as nursery:
                 nursery.start_soon(self._run, pipeline, watch, state, request, send)
@@ -286,17 +333,26 @@ class CucaClient:
     ) -> Completion:
         """Run one turn to its end and collect it: deltas merged into whole blocks, and
         the answer parsed when the request has an output schema."""
-        blocks: list[Block] = []
-        errors: list[CucaError] = []
         async with self.generate_stream(request, stages=stages, retry=retry) as stream:
-            async for item in stream:
-                if isinstance(item, CucaError):
-                    errors.append(item)
-                else:
-                    blocks.append(item)
-        response = stream.response
-        assert response is not None  # a clean end always sets it
-        return completion(blocks, errors, response, request.output_schema)
+            return await collect(stream, request.output_schema)
+
+    def run_tools(
+        self,
+        request: UnifiedRequest,
+        tools: Sequence[Tool | Callable[..., Any]],
+        **options: Unpack[ToolLoopOptions],
+    ) -> AbstractAsyncContextManager[ToolLoopStream]:
+        """Run ``request`` with ``tools`` until the model answers without a call (see
+        :func:`cuca.tool_loop.run_tools` and docs/tools.md)::
+
+            async with client.run_tools(request, tools=[get_weather], max_steps=4) as stream:
+                async for item in stream:
+                    ...
+            stream.conversation, stream.usage
+        """
+        from .tool_loop import run_tools
+
+        return run_tools(self, request, tools, **options)
 
 
 async def _deadline(seconds: float, state: TurnState, scope: trio.CancelScope) -> None:

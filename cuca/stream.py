@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import attrs
 import trio
@@ -31,17 +31,20 @@ class ResponseStream:
     """The items of one turn, one at a time: blocks, and ``CucaError`` instances for
     errors that did not end the turn. An error that ended the turn is raised from the
     iteration after every item produced before it. ``response`` is set once the stream
-    has ended cleanly, from the turn's :class:`~cuca.turn.EndOfTurn`."""
+    has ended cleanly, from the turn's :class:`~cuca.turn.EndOfTurn` and the base URL
+    the turn went to (``endpoint``)."""
 
     def __init__(
         self,
         receive: trio.MemoryReceiveChannel[Sequence[Any]],
         state: TurnState,
         request: UnifiedRequest,
+        endpoint: str | None = None,
     ) -> None:
         self._receive = receive
         self._state = state
         self._request = request
+        self._endpoint = endpoint
         self._end: EndOfTurn | None = None
         self._response: UnifiedResponse | None = None
         self._batch: Sequence[Any] = ()
@@ -54,21 +57,62 @@ class ResponseStream:
     async def __anext__(self) -> Item:
         while True:
             while self._index >= len(self._batch):
-                if self._ended:
-                    raise StopAsyncIteration
-                try:
-                    self._batch = await self._receive.receive()
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    self._ended = True
-                    self._batch, self._index = (), 0
-                    await self._finish()
-                    raise StopAsyncIteration from None
-                self._index = 0
+                await self._next_batch()
             item = self._batch[self._index]
             self._index += 1
             if type(item) is not EndOfTurn:
                 return item  # type: ignore[no-any-return]
             self._end = item
+
+    async def receive_batch(self) -> Sequence[Item]:
+        """The items not yet taken, as they arrived: the rest of the current batch, or
+        the next one (what one network read or one engine step produced). Raises
+        ``StopAsyncIteration`` at the end, or the error that ended the turn.
+
+        For layers above a turn that pass its items on (the tool loop): one call per
+        batch rather than per item.
+        """
+        while True:
+            while self._index >= len(self._batch):
+                await self._next_batch()
+            batch = self._batch[self._index :] if self._index else self._batch
+            self._batch, self._index = (), 0
+            kept = [item for item in batch if type(item) is not EndOfTurn]
+            if len(kept) < len(batch):
+                self._end = next(item for item in batch if type(item) is EndOfTurn)
+            if kept:
+                return kept
+
+    async def ready(self) -> None:
+        """Wait until the first item has arrived or the turn has ended, without taking
+        anything: raises the error that ended the turn if it ended before any item.
+
+        This is where a :class:`~cuca.FallbackClient` (and a pool) decides whether the
+        turn was answered: after ``ready`` returns, the items are the caller's."""
+        while not self._ended:
+            while self._index < len(self._batch):
+                item = self._batch[self._index]
+                if type(item) is not EndOfTurn:
+                    return
+                self._end = item
+                self._index += 1
+            try:
+                await self._next_batch()
+            except StopAsyncIteration:
+                return
+
+    async def _next_batch(self) -> None:
+        """Receive the next batch; at the end, finish the turn and stop."""
+        if self._ended:
+            raise StopAsyncIteration
+        try:
+            self._batch = await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            self._ended = True
+            self._batch, self._index = (), 0
+            await self._finish()
+            raise StopAsyncIteration from None
+        self._index = 0
 
     async def _finish(self) -> None:
         """The last stage is done, but an upstream one may still fail (a user stage that
@@ -81,7 +125,10 @@ class ResponseStream:
                 "pipeline", "the turn ended without its EndOfTurn: a stage dropped it"
             )
         self._request = self._end.request
-        self._response = self._end.response()
+        response = self._end.response()
+        if self._endpoint is not None:
+            response = attrs.evolve(response, endpoint=self._endpoint)
+        self._response = response
 
     @property
     def response(self) -> UnifiedResponse | None:
@@ -126,25 +173,70 @@ def merge_blocks(blocks: Sequence[Block]) -> tuple[Block, ...]:
 
     A delta carrying provider data (a signature) keeps it on the merged block; a new
     signature (or reasoning item id) after one was already set starts a new block, so
-    two signed blocks are never fused.
+    two signed blocks are never fused. Linear in the total text: each run of deltas is
+    joined once.
     """
     out: list[Block] = []
+    run: list[Block] = []
     for block in blocks:
-        last = out[-1] if out else None
-        if isinstance(block, Text) and isinstance(last, Text) and last.signature is None:
-            out[-1] = Text(last.text + block.text, block.signature, block.provider)
-        elif (
-            isinstance(block, Thinking)
-            and isinstance(last, Thinking)
-            and last.signature is None
-            and last.id is None
-            and not (last.redacted or block.redacted)
-        ):
-            provider = block.provider or last.provider
-            out[-1] = Thinking(last.text + block.text, block.signature, provider, id=block.id)
-        else:
-            out.append(block)
+        if run:
+            last = run[-1]
+            # the common case first: one more text delta (a call per item costs 10%)
+            if type(block) is Text and type(last) is Text and last.signature is None:
+                run.append(block)
+                continue
+            if _continues(last, block):
+                run.append(block)
+                continue
+        if run:
+            out.append(_merged(run))
+        run = [block]
+    if run:
+        out.append(_merged(run))
     return tuple(out)
+
+
+def _continues(last: Block, block: Block) -> bool:
+    """Whether ``block`` extends the run whose last delta is ``last``."""
+    if isinstance(block, Text):
+        return isinstance(last, Text) and last.signature is None
+    return (
+        isinstance(block, Thinking)
+        and isinstance(last, Thinking)
+        and last.signature is None
+        and last.id is None
+        and not (last.redacted or block.redacted)
+    )
+
+
+def _merged(run: list[Block]) -> Block:
+    """One block for a run of deltas: the text joined, the last delta's signature, and
+    for Thinking the last provider any delta named."""
+    last = run[-1]
+    if len(run) == 1:
+        return last
+    if isinstance(last, Text):
+        texts = cast(list[Text], run)
+        return Text("".join([b.text for b in texts]), last.signature, last.provider)
+    assert isinstance(last, Thinking)
+    thoughts = [b for b in run if isinstance(b, Thinking)]
+    provider = next((b.provider for b in reversed(thoughts) if b.provider is not None), None)
+    return Thinking("".join(b.text for b in thoughts), last.signature, provider, id=last.id)
+
+
+async def collect(stream: ResponseStream, schema: OutputSchema | None = None) -> Completion:
+    """Read ``stream`` to its end: deltas merged into whole blocks, the errors that did
+    not end the turn, the response (and the answer parsed against ``schema``)."""
+    blocks: list[Block] = []
+    errors: list[CucaError] = []
+    async for item in stream:
+        if isinstance(item, CucaError):
+            errors.append(item)
+        else:
+            blocks.append(item)
+    response = stream.response
+    assert response is not None  # a clean end always sets it
+    return completion(blocks, errors, response, schema)
 
 
 def completion(

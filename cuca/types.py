@@ -483,7 +483,12 @@ class TurnSummary:
 
 @attrs.frozen
 class UnifiedResponse:
-    """The terminal record of a turn, filled once its stream has ended."""
+    """The terminal record of a turn, filled once its stream has ended.
+
+    ``endpoint`` is the base URL of the server that answered (the member of a pool
+    that served the turn); ``None`` for the local engine and for a client left on its
+    provider's default URL.
+    """
 
     provider: ProviderEndpoint
     model: str
@@ -493,6 +498,7 @@ class UnifiedResponse:
     counted_usage: TokenUsage | None = None
     """Counts the adapter made itself where the server reports no usage (llama.cpp's
     ``/completion`` route); ``None`` elsewhere. Not token counts: see the provider page."""
+    endpoint: str | None = None
 
     @property
     def cost(self) -> Decimal | None:

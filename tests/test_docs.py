@@ -35,7 +35,9 @@ def answer(request: RecordedRequest) -> Reply:
             return Reply(transcript("openai/structured"))
         roles = [m.get("role") for m in body.get("messages", [])]
         wants_call = body.get("tools") and "tool" not in roles
-        return Reply(transcript("openai/tool_call" if wants_call else "openai/text"))
+        names = {tool["function"]["name"] for tool in body.get("tools", [])}
+        call = "vllm/reasoning_tool_call" if "get_weather" in names else "openai/tool_call"
+        return Reply(transcript(call if wants_call else "openai/text"))
     if path.endswith("/responses"):
         body = request.json()
         answered = any(i.get("type") == "function_call_output" for i in body["input"])

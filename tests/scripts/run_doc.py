@@ -38,7 +38,9 @@ def redirect(url: str) -> None:
 
     def init(self: CucaClient, provider: ProviderEndpoint, **kwargs: Any) -> None:
         if provider != ProviderEndpoint.LOCAL and not provider.is_custom:
-            kwargs["base_url"] = url + SUFFIX[provider.kind]
+            target = url + SUFFIX[provider.kind]
+            pool = kwargs.get("base_url")  # a pool's servers all become the replay server
+            kwargs["base_url"] = [target] * len(pool) if isinstance(pool, list) else target
         original(self, provider, **kwargs)
 
     CucaClient.__init__ = init  # type: ignore[method-assign]

@@ -1,0 +1,183 @@
+"""Fallback between clients: the next one takes over only before the caller has seen
+anything of an answer.
+
+A turn is handed to the caller once its first item has arrived (see
+:meth:`cuca.ResponseStream.ready`). Before that point a failure that says "try
+elsewhere" (a connection that could not be made, retries used up on a 5xx or a 429)
+moves the turn to the next client. After it nothing moves: the caller may have printed
+half an answer, run a tool or counted tokens, and a second answer from another model
+cannot be spliced onto the first, so the error is raised as it is, typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
+
+import attrs
+
+from .errors import (
+    ConfigurationError,
+    CucaError,
+    HttpStatusError,
+    RateLimitError,
+    ServerError,
+    TransportError,
+)
+from .stream import Completion, ResponseStream, collect
+from .types import UnifiedRequest
+
+if TYPE_CHECKING:
+    from .tool_loop import ToolLoopOptions, ToolLoopStream
+    from .tools import Tool
+
+__all__ = ["FallbackClient", "default_fallback_on", "first_answer"]
+
+FallbackOn = Callable[[CucaError], bool]
+
+
+def default_fallback_on(error: CucaError) -> bool:
+    """Whether another client should take the turn after ``error`` (raised before the
+    first item): a :class:`TransportError` (``ConnectError``, ``ReadTimeout``,
+    ``StreamIncomplete``, ``DeadlineExceeded``; the client's retries, if any, already
+    used up), a :class:`RateLimitError` (429), a :class:`ServerError` (5xx) or a 408.
+    A bad request or a bad key (400, ``AuthenticationError``, 404) would fail the same
+    way elsewhere and is raised at once."""
+    if isinstance(error, TransportError | RateLimitError | ServerError):
+        return True
+    return isinstance(error, HttpStatusError) and error.status == 408
+
+
+class StreamingClient(Protocol):
+    """What fallback moves between: anything with a client's ``generate_stream``."""
+
+    def generate_stream(
+        self, request: UnifiedRequest
+    ) -> AbstractAsyncContextManager[ResponseStream]: ...
+
+
+Attempt = AbstractAsyncContextManager[StreamingClient]
+"""One try of a turn: entering gives the client to send it to; leaving ends the try."""
+
+
+@asynccontextmanager
+async def first_answer(
+    next_attempt: Callable[[], Attempt | None],
+    request: UnifiedRequest,
+    fallback_on: FallbackOn,
+    failed: Callable[[CucaError], None] = lambda error: None,
+) -> AsyncIterator[ResponseStream]:
+    """The stream of the first attempt whose turn produced an item (or ended cleanly);
+    ``next_attempt`` is asked for another (``None``: there is none) only after a
+    failure, and must give at least one.
+
+    Every failure before the first item is passed to ``failed``. One that
+    ``fallback_on`` refuses, or the last one, is raised, with the earlier ones noted.
+    """
+    errors: list[CucaError] = []
+    while (attempt := next_attempt()) is not None:
+        async with attempt as client, client.generate_stream(request) as stream:
+            try:
+                await stream.ready()
+            except CucaError as error:
+                failed(error)
+                errors.append(error)
+                if fallback_on(error):
+                    continue
+                raise _noted(error, errors) from None
+            yield stream
+            return
+    raise _noted(errors[-1], errors) from None
+
+
+def _noted(error: CucaError, errors: list[CucaError]) -> CucaError:
+    """``error``, with a note naming the failures before it (the last one is itself)."""
+    for earlier in errors[:-1]:
+        error.add_note(f"tried before: {earlier!r}")
+    return error
+
+
+class FallbackClient:
+    """An ordered list of clients (providers, models, servers) that answer as one.
+
+    ``generate_stream``, ``generate`` and ``run_tools`` behave as a client's. An
+    entry may be a ``(client, model)`` pair: that client then gets the request with
+    ``model`` in place of the request's own. A turn
+    goes to the first client; if that fails before its first item reaches the caller
+    and ``fallback_on(error)`` says so (:func:`default_fallback_on`: transport errors,
+    408, 429, 5xx), the next one gets it, and so on; each client applies its own retry
+    policy first, so no client sees a request more often than its policy allows. Once
+    an item has been yielded, a failure is raised as it is and no other client is
+    asked. The response says who answered (``provider``, ``model``, ``endpoint``).
+    Closing the fallback client closes every client it holds.
+    """
+
+    def __init__(
+        self,
+        clients: Sequence[StreamingClient | tuple[StreamingClient, str]],
+        *,
+        fallback_on: FallbackOn = default_fallback_on,
+    ) -> None:
+        if not clients:
+            raise ConfigurationError("a FallbackClient needs at least one client")
+        self.clients = tuple(c if isinstance(c, tuple) else (c, None) for c in clients)
+        self.fallback_on = fallback_on
+
+    async def __aenter__(self) -> FallbackClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every client (each closes its own connection pool)."""
+        for client, _ in self.clients:
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                await close()
+
+    @asynccontextmanager
+    async def generate_stream(self, request: UnifiedRequest) -> AsyncIterator[ResponseStream]:
+        """Stream one turn from the first client that answers (see the class)."""
+        clients = iter(self.clients)
+
+        def next_attempt() -> Attempt | None:
+            client, model = next(clients, (None, None))
+            if client is None:
+                return None
+            return nullcontext(client if model is None else _WithModel(client, model))
+
+        async with first_answer(next_attempt, request, self.fallback_on) as stream:
+            yield stream
+
+    async def generate(self, request: UnifiedRequest) -> Completion:
+        """Run one turn to its end on the first client that answers, and collect it."""
+        async with self.generate_stream(request) as stream:
+            return await collect(stream)
+
+    def run_tools(
+        self,
+        request: UnifiedRequest,
+        tools: Sequence[Tool | Callable[..., Any]],
+        **options: Unpack[ToolLoopOptions],
+    ) -> AbstractAsyncContextManager[ToolLoopStream]:
+        """The tool loop (docs/tools.md), each step falling back on its own: a step
+        may be answered by another client than the one before it (signed reasoning
+        is then replayed only to the provider that signed it)."""
+        from .tool_loop import run_tools
+
+        return run_tools(self, request, tools, **options)
+
+
+@attrs.frozen
+class _WithModel:
+    """A client that sends every request with its own model."""
+
+    client: StreamingClient
+    model: str
+
+    def generate_stream(
+        self, request: UnifiedRequest
+    ) -> AbstractAsyncContextManager[ResponseStream]:
+        return self.client.generate_stream(attrs.evolve(request, model=self.model))

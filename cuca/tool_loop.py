@@ -1,0 +1,337 @@
+"""The tool loop: a turn, the tools it called run concurrently, the results sent back,
+and again, until the model answers without calling a tool.
+
+It sits above the client (any object with ``generate_stream``: a :class:`CucaClient`, a
+:class:`FallbackClient`) and knows no stage and no vendor. The order the vendors need
+in a follow-up request (Anthropic's signed thinking before its ``tool_use`` blocks,
+DeepSeek's ``reasoning_content``, Gemini's ``thoughtSignature`` on its call) is kept by
+appending each step's blocks exactly as they streamed, merged but never reordered; the
+adapters do the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol, TypedDict
+
+import attrs
+import trio
+
+from ._nursery import background_nursery
+from .errors import ConfigurationError, CucaError
+from .stream import merge_blocks
+from .tools import Tool, ToolArgumentsError, as_tool
+from .types import (
+    Block,
+    MessageRole,
+    PromptCacheUsage,
+    TokenUsage,
+    ToolCall,
+    ToolResult,
+    UnifiedMessage,
+    UnifiedRequest,
+    UnifiedResponse,
+)
+
+__all__ = ["Step", "ToolLoopOptions", "ToolLoopStream", "TurnClient", "TurnStream", "run_tools"]
+
+
+@attrs.frozen
+class Step:
+    """Yielded by the tool loop at the start of each step (``number`` counts from 1):
+    the items after it, up to the next ``Step``, belong to that step."""
+
+    number: int
+
+
+LoopItem = Block | CucaError | Step
+
+
+class TurnStream(Protocol):
+    """What the loop reads a step from (a :class:`~cuca.ResponseStream`)."""
+
+    async def receive_batch(self) -> Sequence[Block | CucaError]: ...
+
+    @property
+    def response(self) -> UnifiedResponse | None: ...
+
+
+class TurnClient(Protocol):
+    """What the loop runs its steps on: a client, a fallback client."""
+
+    def generate_stream(self, request: UnifiedRequest) -> AbstractAsyncContextManager[Any]: ...
+
+
+class ToolLoopOptions(TypedDict, total=False):
+    """The options of :func:`run_tools`, as keyword arguments of the clients' method."""
+
+    max_steps: int
+    tool_timeout: float | None
+    max_concurrency: int
+    tracebacks: bool
+
+
+class ToolLoopStream:
+    """The items of every step of a tool loop, one at a time: a :class:`Step` marker,
+    the step's blocks (and non-fatal error items) as they stream, then the
+    :class:`~cuca.ToolResult` of each call as it completes. An error that ended a step
+    is raised from the iteration; the loop stops there. The loop moves as it is read:
+    a step's calls start once its last item has been taken.
+
+    ``conversation`` is the request with every completed step's messages appended (the
+    whole conversation once the stream has ended); ``usage`` the usage summed over the
+    steps; ``responses`` each step's :class:`~cuca.UnifiedResponse`; ``complete`` is
+    true when the last step answered without calling a tool (false when the loop
+    stopped at ``max_steps``).
+    """
+
+    def __init__(self, receive: trio.MemoryReceiveChannel[Message], loop: _Loop):
+        self._receive = receive
+        self._loop = loop
+        self._batch: Sequence[LoopItem] = ()
+        self._index = 0
+        self._step: _StepStream | None = None
+
+    def __aiter__(self) -> ToolLoopStream:
+        return self
+
+    async def __anext__(self) -> LoopItem:
+        while self._index >= len(self._batch):
+            self._batch, self._index = await self._next_batch(), 0
+        item = self._batch[self._index]
+        self._index += 1
+        return item
+
+    async def _next_batch(self) -> Sequence[LoopItem]:
+        """The next batch: from the running step's own stream (read here, in the
+        consumer's task, so that its items take no extra hop), else from the loop."""
+        step = self._step
+        if step is not None:
+            try:
+                batch = await step.stream.receive_batch()
+            except (StopAsyncIteration, CucaError) as end:  # the loop task takes it on
+                step.end(end)
+                self._step = None
+                return ()
+            step.items += batch
+            return batch
+        try:
+            message = await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            if self._loop.error is not None:
+                raise self._loop.error from None
+            raise StopAsyncIteration from None
+        if isinstance(message, _StepStream):
+            self._step = message
+            return ()
+        return message
+
+    @property
+    def conversation(self) -> UnifiedRequest:
+        return self._loop.conversation
+
+    @property
+    def responses(self) -> tuple[UnifiedResponse, ...]:
+        return tuple(self._loop.responses)
+
+    @property
+    def usage(self) -> TokenUsage | None:
+        return sum_usage(r.usage for r in self._loop.responses)
+
+    @property
+    def prompt_cache_usage(self) -> PromptCacheUsage | None:
+        return sum_cache_usage(r.prompt_cache_usage for r in self._loop.responses)
+
+    @property
+    def complete(self) -> bool:
+        return self._loop.complete
+
+
+class _StepStream:
+    """A step's turn, handed by the loop task to the consumer, who reads it and says
+    when (and how) it ended."""
+
+    def __init__(self, stream: TurnStream) -> None:
+        self.stream = stream
+        self.items: list[Block | CucaError] = []
+        self.error: BaseException | None = None
+        self.ended = trio.Event()
+
+    def end(self, end: BaseException) -> None:
+        if not isinstance(end, StopAsyncIteration):
+            self.error = end
+        self.ended.set()
+
+
+Message = Sequence[LoopItem] | _StepStream
+"""What the loop task sends the consumer: items of its own, or a step to read."""
+
+
+@asynccontextmanager
+async def run_tools(
+    client: TurnClient,
+    request: UnifiedRequest,
+    tools: Iterable[Tool | Callable[..., Any]],
+    *,
+    max_steps: int = 8,
+    tool_timeout: float | None = None,
+    max_concurrency: int = 8,
+    tracebacks: bool = False,
+) -> AsyncIterator[ToolLoopStream]:
+    """Run ``request`` on ``client`` with ``tools`` until the model stops calling them
+    or ``max_steps`` steps have run.
+
+    The tools' definitions are added to the request (a tool it already declares by
+    name is not declared twice). After a step that called tools, the calls run
+    concurrently, at most ``max_concurrency`` at once, each limited to
+    ``tool_timeout`` seconds; a tool that raises, times out, is unknown or gets
+    unusable arguments gives an error :class:`~cuca.ToolResult` (``Type: message``, the
+    traceback too with ``tracebacks=True``) and the loop goes on. Leaving the block
+    early cancels the running step and tools; all have ended when it returns.
+    """
+    loop = _Loop(client, request, tools, max_steps, tool_timeout, max_concurrency, tracebacks)
+    send, receive = trio.open_memory_channel[Message](0)
+    with receive:
+        async with background_nursery() as nursery:
+            nursery.start_soon(loop.run, send)
+            yield ToolLoopStream(receive, loop)
+
+
+class _Loop:
+    """The loop's state and its actor (one task; the calls of a step in a nursery)."""
+
+    def __init__(
+        self,
+        client: TurnClient,
+        request: UnifiedRequest,
+        tools: Iterable[Tool | Callable[..., Any]],
+        max_steps: int,
+        tool_timeout: float | None,
+        max_concurrency: int,
+        tracebacks: bool,
+    ) -> None:
+        if max_steps < 1 or max_concurrency < 1:
+            raise ConfigurationError("max_steps and max_concurrency must be at least 1")
+        self.tools = _by_name(tools)
+        self.client = client
+        self.conversation = _declare(request, self.tools.values())
+        self.max_steps = max_steps
+        self.timeout = math.inf if tool_timeout is None else tool_timeout
+        self.limiter = trio.CapacityLimiter(max_concurrency)
+        self.tracebacks = tracebacks
+        self.responses: list[UnifiedResponse] = []
+        self.error: CucaError | None = None
+        self.complete = False
+
+    async def run(self, send: trio.MemorySendChannel[Message]) -> None:
+        async with send:
+            try:
+                for number in range(1, self.max_steps + 1):
+                    await send.send((Step(number),))
+                    calls = await self._step(send)
+                    if not calls:
+                        self.complete = True
+                        return
+                    await self._run_calls(calls, send)
+            except CucaError as exc:  # raised to the consumer once the channel is closed
+                self.error = exc
+
+    async def _step(self, send: trio.MemorySendChannel[Message]) -> list[ToolCall]:
+        """Open one turn and hand its stream to the consumer, who reads it to its end;
+        append its assistant message; return its calls."""
+        async with self.client.generate_stream(self.conversation) as stream:
+            step = _StepStream(stream)
+            await send.send(step)
+            await step.ended.wait()
+        if isinstance(step.error, CucaError):
+            raise step.error
+        if stream.response is not None:
+            self.responses.append(stream.response)
+        kept = [item for item in step.items if not isinstance(item, CucaError)]
+        message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(kept))
+        self.conversation = self.conversation.add_message(message)
+        return [block for block in message.content if isinstance(block, ToolCall)]
+
+    async def _run_calls(
+        self, calls: list[ToolCall], send: trio.MemorySendChannel[Message]
+    ) -> None:
+        """Run every call concurrently; stream each result as it completes; append them
+        in the order of the calls."""
+        results: list[ToolResult] = [ToolResult(c.id, "not run", is_error=True) for c in calls]
+
+        async def one(index: int, call: ToolCall) -> None:
+            async with self.limiter:
+                results[index] = await self._result(call)
+            await send.send((results[index],))
+
+        async with trio.open_nursery() as nursery:
+            for index, call in enumerate(calls):
+                nursery.start_soon(one, index, call)
+        for call, result in zip(calls, results, strict=True):
+            self.conversation = self.conversation.add_tool_result(
+                call.id, result.output, is_error=result.is_error, name=call.name
+            )
+
+    async def _result(self, call: ToolCall) -> ToolResult:
+        """The result of one call; every failure is an error result, never raised."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return ToolResult(call.id, f"unknown tool: {call.name}", is_error=True)
+        with trio.move_on_after(self.timeout) as scope:
+            try:
+                return ToolResult(call.id, await tool.call(call.arguments))
+            except ToolArgumentsError as exc:
+                return ToolResult(call.id, f"invalid arguments: {exc}", is_error=True)
+            except Exception as exc:  # a tool's failure is the model's to read
+                return ToolResult(call.id, self._describe(exc), is_error=True)
+        assert scope.cancelled_caught
+        return ToolResult(call.id, f"timed out after {self.timeout:g} s", is_error=True)
+
+    def _describe(self, exc: Exception) -> str:
+        if self.tracebacks:
+            return "".join(traceback.format_exception(exc)).rstrip()
+        text = str(exc)
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _by_name(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
+    by_name: dict[str, Tool] = {}
+    for tool in map(as_tool, tools):
+        if tool.name in by_name:
+            raise ConfigurationError(f"two tools are named {tool.name!r}")
+        by_name[tool.name] = tool
+    return by_name
+
+
+def _declare(request: UnifiedRequest, tools: Iterable[Tool]) -> UnifiedRequest:
+    """``request`` with the definition of every tool it does not declare yet."""
+    declared = {definition.name for definition in request.tools}
+    for tool in tools:
+        if tool.name not in declared:
+            request = request.add_tool(tool.definition())
+    return request
+
+
+def sum_usage(usages: Iterable[TokenUsage | None]) -> TokenUsage | None:
+    """The sum of the usages that were reported (``None`` if none was);
+    ``reasoning_tokens`` stays ``None`` unless some step reported it."""
+    known = [u for u in usages if u is not None]
+    if not known:
+        return None
+    reasoning = [u.reasoning_tokens for u in known if u.reasoning_tokens is not None]
+    return TokenUsage(
+        sum(u.prompt_tokens for u in known),
+        sum(u.completion_tokens for u in known),
+        sum(reasoning) if reasoning else None,
+    )
+
+
+def sum_cache_usage(usages: Iterable[PromptCacheUsage | None]) -> PromptCacheUsage | None:
+    """The sum of the prompt-cache usages that were reported (``None`` if none was)."""
+    known = [u for u in usages if u is not None]
+    if not known:
+        return None
+    return PromptCacheUsage(sum(u.read_tokens for u in known), sum(u.write_tokens for u in known))

@@ -1,0 +1,168 @@
+"""FallbackClient over loopback: it moves on only before the first item reaches the
+caller, never sends a client a request more often than that client's retry policy
+allows, and says who answered."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+import trio
+from support.transcripts import transcript
+
+from cuca import (
+    ConnectError,
+    CucaClient,
+    CucaError,
+    FallbackClient,
+    HttpStatusError,
+    ProviderEndpoint,
+    RetryPolicy,
+    Step,
+    StreamIncomplete,
+    Text,
+    UnifiedRequest,
+)
+from cuca.testing import Reply, open_replay_server
+
+OPENAI, ANTHROPIC = ProviderEndpoint.OPENAI, ProviderEndpoint.ANTHROPIC
+REQUEST = UnifiedRequest.new("gpt-4o").add_user_message("Hello?").set_max_tokens(64)
+TEXT = Reply(transcript("openai/text"))
+UNAVAILABLE = Reply(b'{"error": {"message": "overloaded"}}', status=503)
+ONE_RETRY = RetryPolicy(max_retries=1, initial_delay=0.0)
+
+
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens: connecting is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def client(url: str, provider: ProviderEndpoint = OPENAI, **kwargs: Any) -> CucaClient:
+    kwargs.setdefault("retry", RetryPolicy.never())
+    return CucaClient(provider, base_url=url, api_key="k", **kwargs)
+
+
+async def texts(stream: Any) -> str:
+    return "".join([item.text async for item in stream if isinstance(item, Text)])
+
+
+async def test_fallback_moves_on_before_the_first_item_within_each_retry_policy() -> None:
+    async with open_replay_server(UNAVAILABLE) as a, open_replay_server(TEXT) as c:
+        dead = closed_port_url()
+        clients = [client(a.url, retry=ONE_RETRY), client(dead), client(c.url)]
+        async with FallbackClient(clients) as fallback:
+            async with fallback.generate_stream(REQUEST) as stream:
+                text = await texts(stream)
+        assert text == "I'm unable to provide real-time weather updates."
+        # a: one request and the one retry its policy allows; the dead one: refused once
+        assert (len(a.requests), len(c.requests)) == (2, 1)
+        assert stream.response is not None and stream.response.endpoint == c.url
+
+
+async def test_fallback_across_providers_and_models_says_who_answered() -> None:
+    answer = Reply(transcript("anthropic/text"))
+    async with open_replay_server(UNAVAILABLE) as a, open_replay_server(answer) as b:
+        clients = [client(a.url), (client(b.url, ANTHROPIC), "claude-haiku-4-5")]
+        async with FallbackClient(clients) as fallback:
+            done = await fallback.generate(REQUEST)
+        assert b.requests[0].json()["model"] == "claude-haiku-4-5"
+        assert a.requests[0].json()["model"] == "gpt-4o"
+    assert done.text == "Hello, wörld! ☀"
+    assert (done.response.provider, done.response.endpoint) == (ANTHROPIC, b.url)
+    assert done.response.model == "claude-haiku-4-5"
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+async def test_fallback_does_not_move_on_a_request_error(status: int) -> None:
+    refused = Reply(b'{"error": {"message": "bad"}}', status=status)
+    async with open_replay_server(refused) as a, open_replay_server(TEXT) as b:
+        async with FallbackClient([client(a.url), client(b.url)]) as fallback:
+            with pytest.raises(HttpStatusError) as caught:
+                await fallback.generate(REQUEST)
+        assert caught.value.status == status
+        assert (len(a.requests), len(b.requests)) == (1, 0)  # b would refuse it the same way
+
+
+async def test_fallback_never_after_the_first_item() -> None:
+    body = transcript("openai/text")
+    cut = Reply(body, cut_after=body.index(b"unable"))  # some text, then the socket closes
+    async with open_replay_server(cut) as a, open_replay_server(TEXT) as b:
+        async with FallbackClient([client(a.url), client(b.url)]) as fallback:
+            seen: list[str] = []
+            with pytest.raises(StreamIncomplete, match="connection closed mid-response"):
+                async with fallback.generate_stream(REQUEST) as stream:
+                    async for item in stream:
+                        seen.append(item.text)
+        assert seen and len(b.requests) == 0  # the caller saw part of a's answer: no b
+
+
+async def test_fallback_last_error_is_raised_with_the_earlier_ones_noted() -> None:
+    async with open_replay_server(UNAVAILABLE) as a:
+        dead = closed_port_url()
+        async with FallbackClient([client(a.url), client(dead)]) as fallback:
+            with pytest.raises(ConnectError) as caught:
+                await fallback.generate(REQUEST)
+    assert caught.value.__notes__ == [
+        'tried before: ServerError(503, \'{"error": {"message": "overloaded"}}\')'
+    ]
+
+
+async def test_fallback_on_is_configurable() -> None:
+    refused = Reply(b'{"error": {"message": "context too long"}}', status=400)
+
+    def on_400(error: CucaError) -> bool:
+        return isinstance(error, HttpStatusError) and error.status == 400
+
+    async with open_replay_server(refused) as a, open_replay_server(TEXT) as b:
+        fallback = FallbackClient([client(a.url), client(b.url)], fallback_on=on_400)
+        async with fallback:
+            done = await fallback.generate(REQUEST)
+        assert done.response.endpoint == b.url
+        never = FallbackClient([client(a.url), client(b.url)], fallback_on=lambda e: False)
+        async with never:
+            with pytest.raises(HttpStatusError):
+                await never.generate(REQUEST)
+        assert (len(a.requests), len(b.requests)) == (2, 1)
+
+
+async def test_fallback_run_tools_each_step_falls_back() -> None:
+    calls = Reply(transcript("openai/parallel_tool_calls"))
+    # a answers step 1 with calls, then is down; b answers step 2
+    async with open_replay_server([calls, UNAVAILABLE]) as a, open_replay_server(TEXT) as b:
+
+        def GetWeatherArgs(city: str, country: str, units: str) -> str:
+            return "rain"
+
+        def get_stock_price(ticker: str, exchange: str) -> str:
+            return "227"
+
+        async with FallbackClient([client(a.url), client(b.url)]) as fallback:
+            tools = [GetWeatherArgs, get_stock_price]
+            async with fallback.run_tools(REQUEST, tools) as stream:
+                items = [item async for item in stream]
+        assert items.count(Step(2)) == 1 and stream.complete
+        assert [r.endpoint for r in stream.responses] == [a.url, b.url]
+        # b got the whole conversation: the calls a made and their results
+        sent = b.requests[0].json()["messages"]
+        assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
+
+
+async def test_fallback_dropped_stream_closes_the_answering_connection() -> None:
+    endless = Reply.endless(transcript("openai/text").split(b"\n\n")[1] + b"\n\n")
+    async with open_replay_server(UNAVAILABLE) as a, open_replay_server(endless) as b:
+        async with FallbackClient([client(a.url), client(b.url)]) as fallback:
+            async with fallback.generate_stream(REQUEST) as stream:
+                async for _ in stream:
+                    break
+        with trio.fail_after(5):
+            await b.wait_connections_closed()
+            await a.wait_connections_closed()
+
+
+def test_fallback_needs_a_client() -> None:
+    with pytest.raises(CucaError, match="at least one client"):
+        FallbackClient([])
