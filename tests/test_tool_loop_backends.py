@@ -6,7 +6,8 @@ follow-up request must be byte for byte the golden body in
 ``tests/transcripts/follow_ups/<backend>.json`` (each reviewed against
 shared/reference/wire.md), and the checks below spell out what each vendor rejects
 when it is wrong: Anthropic's signed thinking first, DeepSeek's ``reasoning_content``,
-Gemini's ``thoughtSignature`` on its call, every call id answered.
+Gemini's ``thoughtSignature`` on its call, the Responses API's reasoning item (id and
+encrypted content) before its function calls, every call id answered.
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ def check_gemini(body: dict[str, Any], calls: list[ToolCall]) -> None:
     ]
 
 
+def check_responses(body: dict[str, Any], calls: list[ToolCall]) -> None:
+    reasoning, *rest = body["input"][1:]
+    assert reasoning["type"] == "reasoning" and reasoning["id"].startswith("rs_")
+    assert reasoning["encrypted_content"].startswith("gAAAAAB")  # before the calls (store off)
+    assert [(i["type"], i["call_id"]) for i in rest] == [
+        *[("function_call", c.id) for c in calls],
+        *[("function_call_output", c.id) for c in calls],
+    ]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any], list[ToolCall]], None]] = {
     "openai": check_openai,
     "vllm": check_reasoning_content("Two cities, two calls."),
@@ -82,6 +93,7 @@ CHECKS: dict[str, Callable[[dict[str, Any], list[ToolCall]], None]] = {
     "deepseek_bridge": check_bridge,
     "anthropic": check_anthropic,
     "gemini": check_gemini,
+    "openai_responses": check_responses,
 }
 
 

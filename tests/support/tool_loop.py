@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 
-from cuca import CucaClient, ProviderEndpoint, ThinkingEffort, UnifiedRequest
+from cuca import CucaClient, ProviderEndpoint, ThinkingEffort, Tool, UnifiedRequest
+from cuca.providers.openai_config import OpenAiApi, OpenAiConfig
 from cuca.testing import Reply, open_replay_server
 
 from .transcripts import transcript
@@ -25,6 +26,11 @@ def get_weather(city: str = "", location: str = "", unit: str = "celsius") -> st
         unit: celsius or fahrenheit
     """
     return f"{city or location}: 18 {unit}"
+
+
+def get_weather_in_units(city: str, units: str = "c") -> str:
+    """Current weather of a city (the Responses transcript's parameters)."""
+    return f"{city}: 18 {units}"
 
 
 def weather(location: str, unit: str = "celsius") -> str:
@@ -53,7 +59,8 @@ class Case:
     model: str
     thinking: bool = True
     base_suffix: str = ""
-    tools: tuple[Callable[..., str], ...] = (get_weather,)
+    tools: tuple[Callable[..., str] | Tool, ...] = (get_weather,)
+    config: Any = None
 
     def request(self) -> UnifiedRequest:
         request = UnifiedRequest.new(self.model).add_user_message(QUESTION).set_max_tokens(4096)
@@ -97,6 +104,15 @@ CASES = [
         "claude-sonnet-4-20250514",
     ),
     Case(
+        "openai_responses",
+        P.OPENAI,
+        "openai_responses/reasoning_two_tools",
+        "openai_responses/final_answer",
+        "gpt-5",
+        tools=(Tool.from_function(get_weather_in_units, name="get_weather"),),
+        config=OpenAiConfig(api=OpenAiApi.RESPONSES),
+    ),
+    Case(
         "gemini",
         P.GOOGLE_GEMINI,
         "gemini/thoughts_parallel_calls",
@@ -112,7 +128,9 @@ async def run_case(case: Case, chunks: list[int] | None = None) -> tuple[list[An
     replies = [Reply(transcript(case.first), chunks=chunks), Reply(transcript(case.final))]
     async with open_replay_server(replies) as server:
         base = server.url + case.base_suffix
-        async with CucaClient(case.endpoint, base_url=base, api_key="test-key") as client:
+        async with CucaClient(
+            case.endpoint, base_url=base, api_key="test-key", provider_config=case.config
+        ) as client:
             items: list[Any] = []
             async with client.run_tools(case.request(), case.tools, max_steps=3) as stream:
                 async for item in stream:
