@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 from hypothesis import given, settings
@@ -202,7 +203,10 @@ async def test_logged_reply_replays_a_turn_at_any_chunking(
         async with openai(server.url) as client:
             replayed = await client.generate(turn.request)
     assert replayed.message == recorded.message
-    assert replayed.response == recorded.response
+    # the same record, but for the server that answered (two servers, two URLs)
+    assert attrs.evolve(replayed.response, endpoint=None) == attrs.evolve(
+        recorded.response, endpoint=None
+    )
 
 
 def cuca_logs(*args: str) -> subprocess.CompletedProcess[str]:
