@@ -18,7 +18,7 @@ import enum
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -133,7 +133,7 @@ class Pool:
 
     @asynccontextmanager
     async def generate_stream(
-        self, request: UnifiedRequest, stages: Sequence[Insertion] = ()
+        self, request: UnifiedRequest, stages: Sequence[Insertion[Any]] = ()
     ) -> AsyncIterator[ResponseStream]:
         """Stream one turn from the first member that answers (``stages`` are the
         turn's own insertions)."""
@@ -162,7 +162,7 @@ class Pool:
 
     @asynccontextmanager
     async def _attempt(
-        self, member: Member, stages: Sequence[Insertion]
+        self, member: Member, stages: Sequence[Insertion[Any]]
     ) -> AsyncIterator[StreamingClient]:
         try:
             yield _WithStages(self.clients[member.index], stages)
@@ -175,7 +175,7 @@ class _WithStages:
     """A member's client with the turn's own stages bound."""
 
     client: CucaClient
-    stages: Sequence[Insertion]
+    stages: Sequence[Insertion[Any]]
 
     def generate_stream(
         self, request: UnifiedRequest
