@@ -242,7 +242,7 @@ class CucaClient:
             ENCODE: encode_stage(adapter.encode),
             TRANSPORT: transport_stage(http, adapter.error_message, retry),
             SSE_PARSE: sse_stage(adapter.new_framer),
-            DECODE: decode_stage(adapter.new_decoder),
+            DECODE: decode_stage(adapter.new_decoder, self.base_url),
         }
 
     def _local_stages(self) -> dict[Point[Any, Any], Any]:
@@ -278,8 +278,7 @@ class CucaClient:
         state = TurnState()
         pipeline, watch = watched(self.pipeline(stages, retry), self.plugins, request)
         send, receive = trio.open_memory_channel[Sequence[Any]](0)
-        endpoint = None if self.provider == ProviderEndpoint.LOCAL else self.base_url
-        stream = ResponseStream(receive, state, request, endpoint)
+        stream = ResponseStream(receive, state, request)
         with receive:
             async with background_nursery() as nursery:
                 nursery.start_soon(self._run, pipeline, watch, state, request, send)

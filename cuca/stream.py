@@ -31,20 +31,17 @@ class ResponseStream:
     """The items of one turn, one at a time: blocks, and ``CucaError`` instances for
     errors that did not end the turn. An error that ended the turn is raised from the
     iteration after every item produced before it. ``response`` is set once the stream
-    has ended cleanly, from the turn's :class:`~cuca.turn.EndOfTurn` and the base URL
-    the turn went to (``endpoint``)."""
+    has ended cleanly, from the turn's :class:`~cuca.turn.EndOfTurn`."""
 
     def __init__(
         self,
         receive: trio.MemoryReceiveChannel[Sequence[Any]],
         state: TurnState,
         request: UnifiedRequest,
-        endpoint: str | None = None,
     ) -> None:
         self._receive = receive
         self._state = state
         self._request = request
-        self._endpoint = endpoint
         self._end: EndOfTurn | None = None
         self._response: UnifiedResponse | None = None
         self._batch: Sequence[Any] = ()
@@ -125,10 +122,7 @@ class ResponseStream:
                 "pipeline", "the turn ended without its EndOfTurn: a stage dropped it"
             )
         self._request = self._end.request
-        response = self._end.response()
-        if self._endpoint is not None:
-            response = attrs.evolve(response, endpoint=self._endpoint)
-        self._response = response
+        self._response = self._end.response()
 
     @property
     def response(self) -> UnifiedResponse | None:

@@ -37,6 +37,8 @@ class EndOfTurn:
 
     request: UnifiedRequest
     summary: TurnSummary
+    endpoint: str | None = None
+    """The base URL the turn went to (``None`` for the local engine)."""
 
     def response(self) -> UnifiedResponse:
         """The turn's terminal record."""
@@ -48,4 +50,5 @@ class EndOfTurn:
             prompt_cache_usage=summary.prompt_cache_usage,
             finish_reason=summary.finish_reason,
             counted_usage=summary.counted_usage,
+            endpoint=self.endpoint,
         )

@@ -228,9 +228,12 @@ MAX_DRAIN_READS = 16
 server still sending after that many is cut off."""
 
 
-def decode_stage(new_decoder: Callable[[UnifiedRequest], Decoder]) -> Chained[Any, Any]:
+def decode_stage(
+    new_decoder: Callable[[UnifiedRequest], Decoder], endpoint: str | None = None
+) -> Chained[Any, Any]:
     """Translate events into items with a decoder built from the :class:`ResponseHead`'s
-    request; end with the :class:`~cuca.turn.EndOfTurn` once the body ended cleanly.
+    request; end with the :class:`~cuca.turn.EndOfTurn` once the body ended cleanly
+    (naming ``endpoint``, the base URL the turn went to).
 
     After the provider's end marker the rest of the body is drained unread, so the
     connection goes back to the pool.
@@ -270,7 +273,8 @@ def decode_stage(new_decoder: Callable[[UnifiedRequest], Decoder]) -> Chained[An
             if self.decoder is None or self.request is None:
                 raise StreamIncomplete("the response ended before it began")
             tail = self.decoder.close()
-            await self.out.send([*tail, EndOfTurn(self.request, self.decoder.summary())])
+            end = EndOfTurn(self.request, self.decoder.summary(), endpoint)
+            await self.out.send([*tail, end])
             await self.out.aclose()
 
     return Chained(Decode)
