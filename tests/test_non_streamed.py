@@ -147,15 +147,16 @@ class Recorder(CucaPlugin):
 async def test_non_streamed_turn_runs_the_plugins_as_a_streamed_one() -> None:
     target = BY_NAME["anthropic"]
     seen = []
-    for stream, reply in [
-        (True, Reply(transcript("anthropic/thinking_two_tools"))),
-        (False, Reply(whole("anthropic/thinking_two_tools"), headers=JSON)),
-    ]:
-        recorder = Recorder()
-        async with open_replay_server(reply) as server:
+    replies = [
+        Reply(transcript("anthropic/thinking_two_tools")),
+        Reply(whole("anthropic/thinking_two_tools"), headers=JSON),
+    ]
+    async with open_replay_server(replies) as server:  # one server: one endpoint
+        for stream in (True, False):
+            recorder = Recorder()
             async with target.client(server.url, plugins=[recorder]) as client:
                 await client.generate(target.request().set_stream(stream))
-        seen.append((list(merge_blocks(recorder.blocks)), recorder.responses))
+            seen.append((list(merge_blocks(recorder.blocks)), recorder.responses))
     assert seen[0] == seen[1]
     assert len(seen[1][1]) == 1
 
