@@ -116,7 +116,7 @@ class ToolLoopStream:
                 step.end(end)
                 self._step = None
                 return ()
-            step.items += batch
+            step.keep(batch)
             return batch
         try:
             message = await self._receive.receive()
@@ -156,9 +156,15 @@ class _StepStream:
 
     def __init__(self, stream: TurnStream) -> None:
         self.stream = stream
-        self.items: list[Block | CucaError] = []
+        self.blocks: list[Block] = []  # merged batch by batch: few objects held
         self.error: BaseException | None = None
         self.ended = trio.Event()
+
+    def keep(self, batch: Sequence[Block | CucaError]) -> None:
+        """Keep ``batch``'s blocks for the assistant message, merged as they come (20,000
+        deltas held to the end would cost the garbage collector more than the merge)."""
+        blocks = [item for item in batch if not isinstance(item, CucaError)]
+        self.blocks += merge_blocks(blocks)
 
     def end(self, end: BaseException) -> None:
         if not isinstance(end, StopAsyncIteration):
@@ -250,8 +256,7 @@ class _Loop:
             raise step.error
         if stream.response is not None:
             self.responses.append(stream.response)
-        kept = [item for item in step.items if not isinstance(item, CucaError)]
-        message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(kept))
+        message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(step.blocks))
         self.conversation = self.conversation.add_message(message)
         return [block for block in message.content if isinstance(block, ToolCall)]
 
