@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import attrs
 import httpx
+import sniffio
 import trio
 
+from ._checks import kind, optional, seconds
 from ._nursery import background_nursery
 from .errors import ConfigurationError, DeadlineExceeded
 from .plugins import CucaPlugin
@@ -44,11 +46,11 @@ class Timeouts:
     block received.
     """
 
-    connect: float | None = None
-    read: float | None = None
-    write: float | None = None
-    pool: float | None = None
-    total: float | None = None
+    connect: float | None = attrs.field(default=None, validator=optional(seconds))
+    read: float | None = attrs.field(default=None, validator=optional(seconds))
+    write: float | None = attrs.field(default=None, validator=optional(seconds))
+    pool: float | None = attrs.field(default=None, validator=optional(seconds))
+    total: float | None = attrs.field(default=None, validator=optional(seconds))
 
     def httpx(self) -> httpx.Timeout:
         return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
@@ -60,6 +62,46 @@ def _timeouts(value: Timeouts | float | None) -> Timeouts:
     if isinstance(value, Timeouts):
         return value
     return Timeouts(connect=value, read=value, write=value, pool=value)
+
+
+def _check_client(provider: object, base_url: object) -> None:
+    """Refuse, before any I/O, a provider or base URL that cannot work."""
+    if not isinstance(provider, ProviderEndpoint):
+        raise ConfigurationError(
+            f"provider must be a ProviderEndpoint, not {kind(provider)}: write "
+            "ProviderEndpoint.OPENAI, or ProviderEndpoint.parse('openai')"
+        )
+    if base_url is None or base_url == "":  # empty: unset, as the seeds read it
+        return
+    urls = [base_url] if isinstance(base_url, str) else base_url
+    if not isinstance(urls, Sequence) or not all(isinstance(url, str) for url in urls):
+        raise ConfigurationError(
+            f"base_url must be a string or a list of strings, not {kind(base_url)}"
+        )
+    for url in urls:
+        if not url.lower().startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"base_url {url.split('@')[-1]!r} has no http:// or https:// scheme"
+            )
+
+
+def require_trio() -> None:
+    """Refuse to start a turn outside trio, with what to do instead.
+
+    cuca is built on trio's structured concurrency (nurseries, cancel scopes, memory
+    channels, ``trio.to_thread``); under another event loop trio fails deep inside with
+    an ``AttributeError``. An asyncio program reaches cuca through trio-asyncio.
+    """
+    try:
+        library: str | None = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        library = None
+    if library != "trio":
+        raise ConfigurationError(
+            f"cuca runs under trio, not {library or 'this event loop'}: start the program "
+            "with trio.run(main), or call cuca from asyncio through trio-asyncio "
+            "(trio_asyncio.open_loop() and trio_as_aio)"
+        )
 
 
 class ResponseFuture:
@@ -111,6 +153,7 @@ class CucaClient:
         retry: RetryPolicy | None = None,
         pool: PoolPolicy | None = None,
     ) -> None:
+        _check_client(provider, base_url)
         self.provider = provider
         urls = None if base_url is None or isinstance(base_url, str) else tuple(base_url)
         self.base_url = urls[0] if urls else base_url if isinstance(base_url, str) else None
@@ -268,6 +311,9 @@ class CucaClient:
         ended before this returns."""
         from cuca.observe import watched
 
+        require_trio()
+        if not isinstance(request, UnifiedRequest):
+            raise ConfigurationError(f"a turn takes a UnifiedRequest, not {kind(request)}")
         if self._pool is not None:
             if retry is not None:
                 raise ConfigurationError("a pool retries on its other servers: see PoolPolicy")

@@ -20,6 +20,8 @@ from typing import Any, TypeVar, cast
 
 import cattrs
 
+from ._checks import kind
+from .errors import ConfigurationError, CucaError
 from .types import (
     AnthropicThinkingParams,
     Block,
@@ -96,6 +98,19 @@ def _structure_mapping(value: Any, _: Any) -> Mapping[str, Any]:
     return dict(value)
 
 
+def _exact(cls: type, also: tuple[type, ...] = ()) -> Any:
+    """A structure hook that takes a ``cls`` as it is and converts nothing: cattrs'
+    default would turn ``"10"`` into 10, 3.7 into 3 and ``"false"`` into ``True``."""
+    accepted = (cls, *also)
+
+    def hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, accepted) or (isinstance(value, bool) and cls is not bool):
+            raise ValueError(f"expected {cls.__name__}, got {kind(value)}")
+        return value
+
+    return hook
+
+
 def _is_mapping(t: Any) -> bool:
     return getattr(t, "__origin__", None) is Mapping or t is Mapping
 
@@ -114,6 +129,10 @@ def _configure(conv: cattrs.Converter) -> None:
     conv.register_structure_hook(ProviderEndpoint, _structure_endpoint)
     conv.register_structure_hook_func(_is_mapping, _structure_mapping)
     conv.register_unstructure_hook_func(_is_mapping, dict)
+    conv.register_structure_hook(str, _exact(str))
+    conv.register_structure_hook(int, _exact(int))
+    conv.register_structure_hook(float, _exact(float, also=(int,)))
+    conv.register_structure_hook(bool, _exact(bool))
 
 
 # The block-level hooks need a converter that handles the classes' own fields.
@@ -141,16 +160,51 @@ def unstructure(obj: Any) -> Any:
     return converter.unstructure(obj)
 
 
+def _reasons(exc: BaseException) -> list[str]:
+    """The leaf errors of a (possibly grouped) cattrs failure, one line each."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [line for inner in exc.exceptions for line in _reasons(inner)]
+    if isinstance(exc, CucaError):
+        return [exc.message]
+    if isinstance(exc, KeyError):
+        return [f"missing field {exc}"]
+    return [str(exc)]
+
+
 def structure(data: Any, cls: type[T] | Any) -> T:
-    """Build a ``cls`` from plain data produced by :func:`unstructure`."""
-    return cast(T, converter.structure(data, cls))
+    """Build a ``cls`` from plain data produced by :func:`unstructure`.
+
+    Data of the wrong shape raises :class:`~cuca.errors.ConfigurationError` naming
+    what was wrong.
+    """
+    try:
+        return cast(T, converter.structure(data, cls))
+    except Exception as exc:  # cattrs groups every field's error in an ExceptionGroup
+        name = "Block" if cls == Block else getattr(cls, "__name__", str(cls))
+        reasons = "; ".join(dict.fromkeys(_reasons(exc)))
+        raise ConfigurationError(f"cannot read a {name} from {kind(data)}: {reasons}") from exc
 
 
 def to_json(obj: Any) -> str:
-    """``obj`` as a JSON string in cuca's converter format."""
-    return json.dumps(unstructure(obj), ensure_ascii=False)
+    """``obj`` as a JSON string in cuca's converter format.
+
+    A value JSON cannot hold (a ``set`` or ``bytes`` in tool arguments...) raises
+    :class:`~cuca.errors.ConfigurationError`.
+    """
+    try:
+        return json.dumps(unstructure(obj), ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ConfigurationError(f"cannot write {type(obj).__name__} as JSON: {exc}") from None
 
 
 def from_json(text: str | bytes, cls: type[T] | Any) -> T:
-    """Read back a ``cls`` written by :func:`to_json`."""
-    return cast(T, structure(json.loads(text), cls))
+    """Read back a ``cls`` written by :func:`to_json`.
+
+    Text that is not JSON, or JSON of the wrong shape, raises
+    :class:`~cuca.errors.ConfigurationError`.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ConfigurationError(f"from_json was given text that is not JSON: {exc}") from None
+    return cast(T, structure(data, cls))

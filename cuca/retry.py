@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import attrs
 
+from ._checks import of_type, real_in
+
 __all__ = ["RetryPolicy"]
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429, *range(500, 600)})
@@ -26,15 +28,17 @@ class RetryPolicy:
     The n-th retry (n from 0) waits ``initial_delay * 2**n`` seconds, at most
     ``max_delay``, reduced by up to ``jitter`` of itself at random. A ``Retry-After``
     header (seconds or an HTTP date) replaces that wait when it is at most
-    ``max_retry_after`` seconds. ``max_retries=2`` by default, as the vendors' SDKs do;
-    ``RetryPolicy.never()`` turns retries off.
+    ``max_retry_after`` seconds; a server that asks for longer is not retried at all (the
+    error is raised at once, rather than hammering a server that asked for an hour).
+    ``max_retries=2`` by default, as the vendors' SDKs do; ``RetryPolicy.never()`` turns
+    retries off.
     """
 
-    max_retries: int = 2
-    initial_delay: float = 0.5
-    max_delay: float = 8.0
-    jitter: float = 0.25
-    max_retry_after: float = 60.0
+    max_retries: int = attrs.field(default=2, validator=of_type(int, what="an integer"))
+    initial_delay: float = attrs.field(default=0.5, validator=real_in(0, 3600))
+    max_delay: float = attrs.field(default=8.0, validator=real_in(0, 3600))
+    jitter: float = attrs.field(default=0.25, validator=real_in(0, 1))
+    max_retry_after: float = attrs.field(default=60.0, validator=real_in(0, 86400))
     statuses: frozenset[int] = RETRYABLE_STATUSES
     rng: Callable[[], float] = attrs.field(default=random.random, repr=False, eq=False)
 
@@ -47,11 +51,16 @@ class RetryPolicy:
 
     def delay(
         self, attempt: int, retry_after: str | None = None, now: float | None = None
-    ) -> float:
-        """Seconds to wait before retry number ``attempt`` (0 for the first retry)."""
+    ) -> float | None:
+        """Seconds to wait before retry number ``attempt`` (0 for the first retry), or
+        ``None`` when ``retry_after`` asks for more than ``max_retry_after``: give up."""
         hinted = parse_retry_after(retry_after, now)
-        if hinted is not None and 0 <= hinted <= self.max_retry_after:
-            return hinted
+        if hinted is not None:
+            return hinted if hinted <= self.max_retry_after else None
+        return self.backoff(attempt)
+
+    def backoff(self, attempt: int) -> float:
+        """The jittered exponential wait before retry number ``attempt``."""
         base = min(self.initial_delay * 2.0**attempt, self.max_delay)
         return base * (1 - self.jitter * self.rng())
 

@@ -8,6 +8,7 @@ frozen; the fluent helpers on :class:`UnifiedRequest` return new instances.
 from __future__ import annotations
 
 import enum
+import json
 import secrets
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
@@ -19,6 +20,8 @@ from cuca.providers.table import ENDPOINTS, by_cli_name
 if TYPE_CHECKING:
     from datetime import datetime
     from decimal import Decimal
+from ._checks import kind, of_type, optional, positive_int, real_in
+from .errors import ConfigurationError
 
 __all__ = [
     "AnthropicThinkingParams",
@@ -53,10 +56,10 @@ class ProviderEndpoint:
 
     The built-in endpoints are class attributes (``ProviderEndpoint.OPENAI``...).
     ``ProviderEndpoint.custom(name)`` names a gateway cuca has no adapter for; dispatching
-    it fails with ``configuration error: custom endpoints require a registered adapter``,
-    because guessing its protocol would send a malformed request to a real server. The
-    one way through is an adapter you wrote, registered with
-    :func:`cuca.register_adapter` under that name.
+    it fails with ``configuration error: custom endpoints require a registered adapter,
+    and none is registered for '<name>'``, because guessing its protocol would send a
+    malformed request to a real server. The one way through is an adapter you wrote,
+    registered with :func:`cuca.register_adapter` under that name.
     """
 
     kind: str
@@ -86,7 +89,8 @@ class ProviderEndpoint:
             return cls.custom(value.split(":", 1)[1])
         info = by_cli_name(value)
         if info is None:
-            raise ValueError(f"unknown provider {value!r}")
+            names = ", ".join(cls.BUILTIN)
+            raise ConfigurationError(f"unknown provider {value!r} (one of {names}, or custom:NAME)")
         return cls(info.kind)
 
     @property
@@ -113,6 +117,9 @@ class MessageRole(enum.Enum):
     USER = "user"
     ASSISTANT = "assistant"
     TOOL = "tool"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 # -- content blocks ------------------------------------------------------------------
@@ -159,19 +166,71 @@ class Thinking:
     id: str | None = None
 
 
+def tool_arguments(value: Mapping[str, Any] | str | None) -> Mapping[str, Any]:
+    """Tool-call arguments as a JSON object, from what seed 000 accepts.
+
+    An object is kept as it is; ``None`` (or an empty string) is ``{}``; a string holding
+    a JSON object (what the openai SDK hands out) is parsed. Anything else is refused.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value) if value.strip() else {}
+        except (ValueError, RecursionError):
+            raise ConfigurationError(
+                f"ToolCall.arguments is a string that is not JSON: {kind(value)}"
+            ) from None
+        if not isinstance(parsed, Mapping):
+            raise ConfigurationError(
+                f"ToolCall.arguments is a string that holds no JSON object: {kind(value)}"
+            )
+        return parsed
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            "ToolCall.arguments must be a JSON object (a dict), None, or a string holding "
+            f"a JSON object, not {kind(value)}"
+        )
+    return value
+
+
 @attrs.frozen
 class ToolCall:
     """A complete call of a declared tool: ``arguments`` is always a JSON object.
 
-    ``signature`` is opaque provider data riding on the call (a Gemini
-    ``thoughtSignature``), replayed only to ``provider``.
+    The constructor takes what seed 000 accepts: a mapping, ``None`` (no arguments) or a
+    string holding a JSON object, and stores the object; anything else raises
+    :class:`~cuca.errors.ConfigurationError`. ``signature`` is opaque provider data
+    riding on the call (a Gemini ``thoughtSignature``), replayed only to ``provider``.
     """
 
     id: str
     name: str
-    arguments: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    arguments: Mapping[str, Any] = attrs.field(
+        factory=dict, hash=False, converter=tool_arguments
+    )
     signature: str | None = None
     provider: ProviderEndpoint | None = None
+
+    def arguments_json(self) -> str:
+        """The arguments as JSON text (how the OpenAI wire carries them).
+
+        Raises :class:`~cuca.errors.ConfigurationError` when a value inside cannot be
+        JSON (a ``set``, ``bytes``, a ``datetime``, ``NaN``...): every encoder refuses
+        such a call instead of failing inside the transport.
+        """
+        try:
+            return json.dumps(dict(self.arguments), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ConfigurationError(
+                f"tool call {self.id!r} ({self.name}) arguments are not JSON: {exc}"
+            ) from None
+
+    def arguments_object(self) -> dict[str, Any]:
+        """The arguments as a plain JSON object (a deep copy), checked as by
+        :meth:`arguments_json`."""
+        parsed: dict[str, Any] = json.loads(self.arguments_json())
+        return parsed
 
 
 @attrs.frozen
@@ -195,22 +254,55 @@ Block: TypeAlias = Text | ImageBase64 | Thinking | ToolCall | ToolResult
 BLOCK_TYPES: tuple[type, ...] = (Text, ImageBase64, Thinking, ToolCall, ToolResult)
 
 
-def _content(value: str | Block | Iterable[Block]) -> tuple[Block, ...]:
+_BLOCK_TEXT_FIELDS: dict[type, tuple[str, ...]] = {
+    Text: ("text",),
+    Thinking: ("text",),
+    ImageBase64: ("media_type", "data"),
+    ToolCall: ("id", "name"),
+    ToolResult: ("tool_call_id", "output"),
+}
+
+
+def _block(value: object) -> Block:
+    """One block of a message: a block whose text fields are strings, or a ``str``
+    (a Text block)."""
     if isinstance(value, str):
-        return (Text(value),)
-    if isinstance(value, BLOCK_TYPES):
-        return (value,)  # type: ignore[return-value]
-    return tuple(value)  # type: ignore[arg-type]
+        return Text(value)
+    if not isinstance(value, BLOCK_TYPES):
+        raise ConfigurationError(
+            "a message holds blocks (Text, ImageBase64, Thinking, ToolCall, ToolResult) "
+            f"or strings, not {kind(value)}"
+        )
+    for field in _BLOCK_TEXT_FIELDS[type(value)]:
+        inner = getattr(value, field)
+        if not isinstance(inner, str):
+            name = type(value).__name__
+            raise ConfigurationError(f"{name}.{field} must be a string, not {kind(inner)}")
+    return value  # type: ignore[return-value]
+
+
+def _content(value: str | Block | Iterable[Block | str]) -> tuple[Block, ...]:
+    if isinstance(value, (str, *BLOCK_TYPES)):
+        return (_block(value),)
+    try:
+        items = tuple(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ConfigurationError(
+            f"message content is a string, a block or blocks, not {kind(value)}"
+        ) from None
+    return tuple(_block(item) for item in items)
 
 
 @attrs.frozen
 class UnifiedMessage:
     """One message of a conversation: a role and a tuple of blocks."""
 
-    role: MessageRole
+    role: MessageRole = attrs.field(validator=of_type(MessageRole, what="a MessageRole"))
     content: tuple[Block, ...] = attrs.field(converter=_content, default=())
-    tool_call_id: str | None = None
-    name: str | None = None
+    tool_call_id: str | None = attrs.field(
+        default=None, validator=optional(of_type(str, what="a string"))
+    )
+    name: str | None = attrs.field(default=None, validator=optional(of_type(str, what="a string")))
 
     def text(self) -> str:
         """The message's Text blocks joined with newlines (how most wires carry it)."""
@@ -224,10 +316,12 @@ class UnifiedMessage:
 class ToolDefinition:
     """A tool the model may call; ``input_schema`` is a JSON Schema object."""
 
-    name: str
-    description: str = ""
+    name: str = attrs.field(validator=of_type(str, what="a string"))
+    description: str = attrs.field(default="", validator=of_type(str, what="a string"))
     input_schema: Mapping[str, Any] = attrs.field(
-        factory=lambda: {"type": "object", "properties": {}}, hash=False
+        factory=lambda: {"type": "object", "properties": {}},
+        hash=False,
+        validator=of_type(Mapping, what="a JSON Schema object (a dict)"),
     )
 
 
@@ -241,32 +335,38 @@ class ThinkingEffort(enum.Enum):
     XHIGH = "xhigh"
 
 
+_OPTIONAL_INT = optional(of_type(int, what="an integer"))
+_OPTIONAL_STR = optional(of_type(str, what="a string"))
+
+
 @attrs.frozen
 class AnthropicThinkingParams:
     """A native Anthropic override: a budget (``budget_tokens``) or adaptive ``effort``."""
 
-    budget_tokens: int | None = None
-    effort: str | None = None
+    budget_tokens: int | None = attrs.field(default=None, validator=_OPTIONAL_INT)
+    effort: str | None = attrs.field(default=None, validator=_OPTIONAL_STR)
 
 
 def _not_both(instance: GeminiThinkingParams, attribute: Any, value: Any) -> None:
     if instance.thinking_budget is not None and instance.thinking_level is not None:
-        raise ValueError("GeminiThinkingParams takes thinking_budget or thinking_level, not both")
+        raise ConfigurationError(
+            "GeminiThinkingParams takes thinking_budget or thinking_level, not both"
+        )
 
 
 @attrs.frozen
 class GeminiThinkingParams:
     """A native Gemini override: ``thinking_budget`` or ``thinking_level``, never both."""
 
-    thinking_budget: int | None = None
-    thinking_level: str | None = attrs.field(default=None, validator=_not_both)
+    thinking_budget: int | None = attrs.field(default=None, validator=_OPTIONAL_INT)
+    thinking_level: str | None = attrs.field(default=None, validator=[_OPTIONAL_STR, _not_both])
 
 
 @attrs.frozen
 class OpenAiThinkingParams:
     """A native OpenAI-compatible override of ``reasoning_effort``."""
 
-    reasoning_effort: str
+    reasoning_effort: str = attrs.field(validator=of_type(str, what="a string"))
 
 
 ThinkingParams: TypeAlias = AnthropicThinkingParams | GeminiThinkingParams | OpenAiThinkingParams
@@ -276,9 +376,21 @@ ThinkingParams: TypeAlias = AnthropicThinkingParams | GeminiThinkingParams | Ope
 class ThinkingConfig:
     """Reasoning on or off, at a unified ``effort``; a set ``params`` override wins."""
 
-    enabled: bool = True
-    effort: ThinkingEffort | None = None
-    params: ThinkingParams | None = None
+    enabled: bool = attrs.field(default=True, validator=of_type(bool, what="True or False"))
+    effort: ThinkingEffort | None = attrs.field(
+        default=None, validator=optional(of_type(ThinkingEffort, what="a ThinkingEffort"))
+    )
+    params: ThinkingParams | None = attrs.field(
+        default=None,
+        validator=optional(
+            of_type(
+                AnthropicThinkingParams,
+                GeminiThinkingParams,
+                OpenAiThinkingParams,
+                what="AnthropicThinkingParams, GeminiThinkingParams or OpenAiThinkingParams",
+            )
+        ),
+    )
 
     @classmethod
     def off(cls) -> ThinkingConfig:
@@ -327,12 +439,29 @@ class OutputSchema:
     strict: bool = True
 
 
+def _items(value: Iterable[Any], cls: type, what: str) -> tuple[Any, ...]:
+    """``value`` as a tuple whose every item is a ``cls``."""
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ConfigurationError(f"{what} must be a sequence of {cls.__name__}") from None
+    for item in items:
+        if not isinstance(item, cls):
+            raise ConfigurationError(f"{what} holds {cls.__name__} items, not {kind(item)}")
+    return items
+
+
 def _messages(value: Iterable[UnifiedMessage]) -> tuple[UnifiedMessage, ...]:
-    return tuple(value)
+    return _items(value, UnifiedMessage, "UnifiedRequest.messages")
 
 
 def _tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
-    return tuple(value)
+    return _items(value, ToolDefinition, "UnifiedRequest.tools")
+
+
+MAX_TEMPERATURE = 2.0
+"""The highest temperature any vendor takes (OpenAI, Gemini, DeepSeek: 0 to 2;
+Anthropic: 0 to 1, checked by its adapter)."""
 
 
 @attrs.frozen
@@ -344,16 +473,27 @@ class UnifiedRequest:
     overwritten by the client before any hook runs, so it can never mis-route a request.
     """
 
-    model: str
-    provider: ProviderEndpoint = attrs.field(factory=lambda: ProviderEndpoint.custom(""))
+    model: str = attrs.field(validator=of_type(str, what="a string"))
+    provider: ProviderEndpoint = attrs.field(
+        factory=lambda: ProviderEndpoint.custom(""),
+        validator=of_type(ProviderEndpoint, what="a ProviderEndpoint"),
+    )
     messages: tuple[UnifiedMessage, ...] = attrs.field(default=(), converter=_messages)
-    temperature: float | None = None
-    max_tokens: int | None = None
-    stream: bool = True
-    thinking: ThinkingConfig | None = None
+    temperature: float | None = attrs.field(
+        default=None, validator=optional(real_in(0.0, MAX_TEMPERATURE))
+    )
+    max_tokens: int | None = attrs.field(default=None, validator=optional(positive_int))
+    stream: bool = attrs.field(default=True, validator=of_type(bool, what="True or False"))
+    thinking: ThinkingConfig | None = attrs.field(
+        default=None, validator=optional(of_type(ThinkingConfig, what="a ThinkingConfig"))
+    )
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
-    prompt_cache: PromptCache | None = None
-    output_schema: OutputSchema | None = None
+    prompt_cache: PromptCache | None = attrs.field(
+        default=None, validator=optional(of_type(PromptCache, what="a PromptCache"))
+    )
+    output_schema: OutputSchema | None = attrs.field(
+        default=None, validator=optional(of_type(OutputSchema, what="an OutputSchema"))
+    )
 
     @classmethod
     def new(cls, model: str) -> UnifiedRequest:

@@ -71,22 +71,9 @@ class ToolArguments(dict[str, Any]):
 
 
 def _arguments(call: ToolCall) -> ToolArguments:
-    """The call's arguments as an object: an object, null or a string holding one."""
-    value: Any = call.arguments
-    if value is None:
-        return ToolArguments()
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else {}
-        except (ValueError, RecursionError):
-            raise ConfigurationError(
-                f"tool call {call.id} arguments are not a JSON object: {value!r}"
-            ) from None
-    if not isinstance(value, Mapping):
-        raise ConfigurationError(
-            f"tool call {call.id} arguments must be a JSON object, not {type(value).__name__}"
-        )
-    return ToolArguments(_plain_json(dict(value), f"tool call {call.id} arguments"))
+    """The call's arguments as a plain object (the constructor already read a string or
+    ``None``); a value JSON cannot hold is a ``ConfigurationError``."""
+    return ToolArguments(call.arguments_object())
 
 
 IdMap = Callable[[str], str]

@@ -74,6 +74,9 @@ ADAPTIVE_EFFORT = {
 }
 EPHEMERAL = {"type": "ephemeral"}
 
+MAX_TEMPERATURE = 1.0
+"""Anthropic's documented temperature range is 0 to 1 (OpenAI's and Gemini's reach 2)."""
+
 
 def _strings(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
@@ -213,6 +216,11 @@ class AnthropicAdapter(ProviderAdapter):
         if request.tools:
             body["tools"] = _tools(request, cache)
         if request.temperature is not None:
+            if request.temperature > MAX_TEMPERATURE:
+                raise ConfigurationError(
+                    f"temperature {request.temperature} is above {MAX_TEMPERATURE:g}, "
+                    "the most the Messages API takes"
+                )
             body["temperature"] = request.temperature
         if bridge:
             refuse(self.dialect.name, request.output_schema)
@@ -425,7 +433,7 @@ def _plain_block(block: Block) -> list[dict[str, Any]]:
         return [{"type": "image", "source": source}]
     if isinstance(block, ToolCall):
         tool_use = {"type": "tool_use", "id": block.id, "name": block.name}
-        return [{**tool_use, "input": dict(block.arguments)}]
+        return [{**tool_use, "input": block.arguments_object()}]
     if isinstance(block, ToolResult):
         result = {"type": "tool_result", "tool_use_id": block.tool_call_id}
         return [{**result, "content": block.output, "is_error": block.is_error}]

@@ -239,7 +239,7 @@ def _part(block: Block, calls: dict[str, ToolCall]) -> dict[str, Any] | None:
             return None  # another provider's reasoning means nothing to Gemini
         part = {"text": block.text, "thought": True}
     elif isinstance(block, ToolCall):
-        call: dict[str, Any] = {"name": block.name, "args": dict(block.arguments)}
+        call: dict[str, Any] = {"name": block.name, "args": block.arguments_object()}
         if _server_id(block):
             call["id"] = block.id
         part = {"functionCall": call}

@@ -8,7 +8,6 @@ server reads). The stream decoder lives in :mod:`.openai_decode`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -151,7 +150,7 @@ def _assistant(message: UnifiedMessage, echo: str) -> dict[str, Any]:
 
 
 def _encode_call(call: ToolCall) -> dict[str, Any]:
-    arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
+    arguments = call.arguments_json()
     return {
         "id": call.id,
         "type": "function",

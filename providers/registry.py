@@ -35,7 +35,10 @@ def adapter_for(settings: ClientSettings) -> ProviderAdapter:
     if endpoint.is_custom:
         factory = _CUSTOM.get(endpoint.custom_name)
         if factory is None:
-            raise ConfigurationError("custom endpoints require a registered adapter")
+            raise ConfigurationError(
+                "custom endpoints require a registered adapter, and none is registered "
+                f"for {endpoint.custom_name!r}"
+            )
         return factory(settings)
     info = endpoint_info(endpoint.kind)
     if info is None or info.adapter is None:

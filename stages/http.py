@@ -91,7 +91,7 @@ async def _open(
             response = await http.send(wire, stream=True)
         except httpx.HTTPError as exc:
             if attempt < policy.max_retries and _retryable(exc):
-                await trio.sleep(policy.delay(attempt))
+                await trio.sleep(policy.backoff(attempt))
                 attempt += 1
                 continue
             raise _transport_error(exc, request.url) from exc
@@ -105,8 +105,9 @@ async def _open(
             await response.aclose()
         status = response.status_code
         retry_after = response.headers.get("retry-after")
-        if attempt < policy.max_retries and policy.retries_status(status):
-            await trio.sleep(policy.delay(attempt, retry_after))
+        wait = policy.delay(attempt, retry_after)
+        if attempt < policy.max_retries and policy.retries_status(status) and wait is not None:
+            await trio.sleep(wait)
             attempt += 1
             continue
         message = error_text(status, text)
@@ -130,12 +131,16 @@ def _build(http: httpx.AsyncClient, request: WireRequest) -> httpx.Request:
                 f"the {name} header holds a line break or a non-ASCII character (check the API key)"
             )
     try:
-        return http.build_request(
+        built = http.build_request(
             request.method, request.url, headers=dict(request.headers), content=body
         )
     except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
         url = _safe_url(request.url)
         raise ConfigurationError(f"invalid URL {url}: {type(exc).__name__}") from None
+    if built.url.scheme not in ("http", "https"):
+        url = _safe_url(request.url)
+        raise ConfigurationError(f"invalid URL {url}: no http:// or https:// scheme")
+    return built
 
 
 def _safe_url(url: str) -> str:

@@ -169,8 +169,10 @@ def test_template_arguments_accepted_as_objects(arguments: Any, expected: Any) -
 
 @pytest.mark.parametrize("arguments", ["[1, 2]", "42", "not json", [1, 2], 3.5, "null"])
 def test_template_arguments_that_are_not_objects_fail_the_request(arguments: Any) -> None:
-    request = UnifiedRequest.new("m").add_assistant_message(ToolCall("c1", "f", arguments))
-    with pytest.raises(ConfigurationError, match="tool call c1 arguments"):
+    with pytest.raises(ConfigurationError, match=r"ToolCall\.arguments"):
+        ToolCall("c1", "f", arguments)  # refused where it is built, before any render
+    request = UnifiedRequest.new("m").add_assistant_message(ToolCall("c1", "f", {"x": {1, 2}}))
+    with pytest.raises(ConfigurationError, match=r"tool call 'c1' \(f\) arguments are not JSON"):
         template_variables(request)
 
 

@@ -73,7 +73,7 @@ def test_retry_after_http_date() -> None:
     assert policy.delay(0, date, now) == pytest.approx(30)
     assert policy.delay(3) == 4.0
     assert policy.delay(10) == 8.0  # capped at max_delay
-    assert policy.delay(0, "3600") == 0.5  # a hint beyond max_retry_after is ignored
+    assert policy.delay(0, "3600") is None  # a hint beyond max_retry_after: give up
 
 
 def test_retry_jitter_stays_within_bounds() -> None:

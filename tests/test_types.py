@@ -155,7 +155,7 @@ def test_types_fluent_helpers_return_new_requests() -> None:
 
 
 def test_types_gemini_params_refuse_budget_and_level_together() -> None:
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ConfigurationError, match="not both"):
         GeminiThinkingParams(thinking_budget=10, thinking_level="LOW")
 
 
@@ -163,7 +163,7 @@ def test_types_provider_endpoint_names() -> None:
     assert repr(ProviderEndpoint.OPENAI) == "ProviderEndpoint.OPENAI"
     assert ProviderEndpoint.parse("gemini") == ProviderEndpoint.GOOGLE_GEMINI
     assert ProviderEndpoint.parse("custom:gw") == ProviderEndpoint.custom("gw")
-    with pytest.raises(ValueError, match="unknown provider"):
+    with pytest.raises(ConfigurationError, match="unknown provider 'nope'"):
         ProviderEndpoint.parse("nope")
 
 
@@ -173,7 +173,10 @@ async def test_types_custom_endpoint_fails_to_dispatch() -> None:
         with pytest.raises(ConfigurationError) as info:
             async with client.generate_stream(request):
                 pass  # pragma: no cover
-    assert str(info.value) == "configuration error: custom endpoints require a registered adapter"
+    assert str(info.value) == (
+        "configuration error: custom endpoints require a registered adapter, "
+        "and none is registered for 'my-gateway'"
+    )
 
 
 def test_types_errors_read_like_the_seeds() -> None:

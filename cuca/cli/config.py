@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 
+from cuca.errors import ConfigurationError
 from cuca.providers.table import ENDPOINTS, endpoint_info
 from cuca.types import ProviderEndpoint, ThinkingConfig, ThinkingEffort
 
@@ -121,7 +122,7 @@ def _provider(args: argparse.Namespace, env: Mapping[str, str]) -> ProviderEndpo
     source = "--provider" if args.provider else "CUCA_PROVIDER"
     try:
         provider = ProviderEndpoint.parse(name)
-    except ValueError:
+    except ConfigurationError:
         provider = ProviderEndpoint.custom(name)
     if provider.is_custom:
         raise CliError(f"{source}: unknown provider {name!r} (one of {', '.join(PROVIDER_NAMES)})")
