@@ -48,6 +48,7 @@ from .observe import TurnEnd as TurnEnd
 from .observe import TurnObserver as TurnObserver
 from .plugins import CucaPlugin as CucaPlugin
 from .pool import PoolPolicy as PoolPolicy
+from .redaction import RedactRequest as RedactRequest
 from .retry import RetryPolicy as RetryPolicy
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream

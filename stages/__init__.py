@@ -6,7 +6,8 @@ The built-in points of a turn, and the item type at each hop, are declared once 
 ``engine``, ``output_parse`` and ``chunk_hooks``. The built-in stages are chained: they
 run in one task, and a channel exists only where a user stage was inserted. Insert your
 own with :func:`before` or :func:`after` (a point, or its name); :func:`map_items` and
-:func:`tap` build simple stages from a function.
+:func:`tap` build simple stages from a function, and :func:`redact_text` hides secrets in
+streamed text, across delta boundaries.
 """
 
 from cuca.turn import EndOfTurn as EndOfTurn
@@ -34,5 +35,7 @@ from .points import REQUEST_HOOKS as REQUEST_HOOKS
 from .points import SSE_PARSE as SSE_PARSE
 from .points import TRANSPORT as TRANSPORT
 from .points import Point as Point
+from .redact import Redactor as Redactor
+from .redact import redact_text as redact_text
 from .sse import SseEvent as SseEvent
 from .sse import SseParser as SseParser

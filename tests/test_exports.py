@@ -47,6 +47,8 @@ SUBMODULES = {
     "chain",
     "items",
     "points",
+    "redaction",
+    "redact",
     "TYPE_CHECKING",
     "Any",
 }
@@ -86,6 +88,7 @@ CUCA = {
     "RateLimitError",
     "ReadTimeout",
     "ProviderEndpoint",
+    "RedactRequest",
     "ProviderError",
     "ResponseFuture",
     "ResponseStream",
@@ -144,6 +147,7 @@ STAGES = {
     "REQUEST_HOOKS",
     "ResponseHead",
     "SSE_PARSE",
+    "Redactor",
     "SseEvent",
     "SseParser",
     "Stage",
@@ -151,6 +155,7 @@ STAGES = {
     "after",
     "before",
     "map_items",
+    "redact_text",
     "tap",
 }
 
