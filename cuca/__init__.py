@@ -42,6 +42,7 @@ from .errors import ServerError as ServerError
 from .errors import SseParseError as SseParseError
 from .errors import StreamIncomplete as StreamIncomplete
 from .errors import TemplateError as TemplateError
+from .errors import ToolCallError as ToolCallError
 from .errors import TransportError as TransportError
 from .fallback import FallbackClient as FallbackClient
 from .observe import TurnEnd as TurnEnd

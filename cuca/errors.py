@@ -16,6 +16,7 @@ Every error a turn can produce is a :class:`CucaError`::
     ├── SseParseError        the byte stream is not a valid event stream
     ├── JsonError            a frame that should hold JSON does not
     ├── ProviderError        the provider reported an error, or sent something unusable
+    │   └── ToolCallError    a tool call whose arguments are not a JSON object (an item)
     ├── PluginError          a plugin hook raised
     ├── OutputValidationError the answer does not fit the request's output schema
     └── TemplateError        a chat template is invalid, hostile or raised itself
@@ -45,6 +46,7 @@ __all__ = [
     "SseParseError",
     "StreamIncomplete",
     "TemplateError",
+    "ToolCallError",
     "TransportError",
     "http_status_error",
 ]
@@ -188,6 +190,37 @@ class ProviderError(CucaError):
 
     def __repr__(self) -> str:
         return f"ProviderError({self.provider!r}, {self.message!r})"
+
+
+class ToolCallError(ProviderError):
+    """A tool call the model made whose arguments are not a JSON object.
+
+    Yielded as an item in place of the call, and the stream goes on. It carries what is
+    needed to answer the call and keep the conversation valid: ``tool_call_id`` and
+    ``name`` (``None`` when the provider sent none) and ``raw``, the arguments as sent.
+    ``message`` reads ``malformed tool call: <raw>``.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        message: str,
+        *,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        raw: str = "",
+    ) -> None:
+        super().__init__(provider, message)
+        self.args = (provider, message, tool_call_id, name, raw)
+        self.tool_call_id = tool_call_id
+        self.name = name
+        self.raw = raw
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolCallError({self.provider!r}, {self.message!r}, "
+            f"tool_call_id={self.tool_call_id!r}, name={self.name!r}, raw={self.raw!r})"
+        )
 
 
 class PluginError(CucaError):

@@ -206,9 +206,7 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: Mapping[str, Any] = attrs.field(
-        factory=dict, hash=False, converter=tool_arguments
-    )
+    arguments: Mapping[str, Any] = attrs.field(factory=dict, hash=False, converter=tool_arguments)
     signature: str | None = None
     provider: ProviderEndpoint | None = None
 

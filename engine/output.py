@@ -21,7 +21,8 @@ back until the next piece decides it); Text and Thinking are emitted as deltas a
 arrive, a ToolCall once complete; whitespace right after a reasoning block or a tool call
 is dropped; an answer starting with ``{`` is held until the object is complete when the
 format has Llama 3 JSON calls. A malformed call becomes a
-``ProviderError("local", "malformed tool call: <body>")`` item and parsing goes on.
+``ToolCallError("local", "malformed tool call: <body>")`` item (with a fresh call id, and
+the function's name when it can be read) and parsing goes on.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeAlias
 
-from cuca.errors import ProviderError
-from cuca.types import Text, Thinking, ToolCall, new_call_id
+from cuca.errors import ProviderError, ToolCallError
+from cuca.types import ProviderEndpoint, Text, Thinking, ToolCall, new_call_id
 
 from .formats import OutputFormat, ToolSyntax
 from .harmony import HARMONY_MARKERS, HarmonyParser
@@ -61,6 +62,9 @@ _Parts: TypeAlias = tuple[str, dict[str, Any]]  # a call's name and arguments
 _MAX_MISTRAL_NAME = 256
 _WAIT = -1
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
+_NAMED = re.compile(r'"name"\s*:\s*"([A-Za-z_][\w.\-]*)"')
+"""The function's name inside a call too broken to parse, when it can still be read."""
+LOCAL = ProviderEndpoint.LOCAL
 _LOOKS_LIKE_CALL = re.compile(r'\s*\{\s*"name"\s*:')
 
 
@@ -305,13 +309,25 @@ class OutputParser(StreamingParser[Item]):
         if not text:
             return
         if out and isinstance(out[-1], Thinking):
-            out[-1] = Thinking(out[-1].text + text)
+            out[-1] = Thinking(out[-1].text + text, provider=LOCAL)
         else:
-            out.append(Thinking(text))
+            out.append(Thinking(text, provider=LOCAL))
 
-    def _emit_call(self, out: list[Item], parts: _Parts | None, body: str) -> None:
+    def _emit_call(
+        self, out: list[Item], parts: _Parts | None, body: str, name: str | None = None
+    ) -> None:
         if parts is None:
-            out.append(ProviderError("local", f"malformed tool call: {body.strip()}"))
+            raw = body.strip()
+            named = _NAMED.search(raw)
+            out.append(
+                ToolCallError(
+                    "local",
+                    f"malformed tool call: {raw}",
+                    tool_call_id=self._new_id(),
+                    name=name if name is not None else named.group(1) if named else None,
+                    raw=raw,
+                )
+            )
         else:
             out.append(ToolCall(id=self._new_id(), name=parts[0], arguments=parts[1]))
 
@@ -533,15 +549,16 @@ class OutputParser(StreamingParser[Item]):
 
     def _mistral_args(self, out: list[Item], final: bool) -> bool:
         head = f"{self._call_name}{MISTRAL_ARGS}"
+        name = self._call_name if _NAME.fullmatch(self._call_name) else None
         if self._scanner is None:
             if not self._strip_leading_ws():
                 if final:
-                    self._emit_call(out, None, head)
+                    self._emit_call(out, None, head, name)
                     self._to_text()
                     return True
                 return False
             if self._buf[0] != "{":
-                self._emit_call(out, None, head)
+                self._emit_call(out, None, head, name)
                 self._to_text(skip_ws=False)
                 return True
             self._scanner = _JsonScanner(0)
@@ -550,14 +567,14 @@ class OutputParser(StreamingParser[Item]):
             return False
         body = self._consume(len(self._buf) if end is None else end)
         parts: _Parts | None = None
-        if end is not None and _NAME.fullmatch(self._call_name):
+        if end is not None and name is not None:
             try:
                 arguments = _arguments(json.loads(body))
             except BAD_JSON:
                 arguments = None
             if arguments is not None:
                 parts = (self._call_name, arguments)
-        self._emit_call(out, parts, head + body)
+        self._emit_call(out, parts, head + body, name)
         self._to_text()
         return True
 

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from cuca.errors import ProviderError, StreamIncomplete
+from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -203,7 +203,13 @@ class AnthropicDecoder(StreamDecoder):
             return ToolCall(opened.id, opened.name, arguments)
         parsed = tool_arguments(raw)
         if parsed is None:
-            return ProviderError(self.provider, f"malformed tool call: {raw}")
+            return ToolCallError(
+                self.provider,
+                f"malformed tool call: {raw}",
+                tool_call_id=opened.id,
+                name=opened.name,
+                raw=raw,
+            )
         return ToolCall(opened.id, opened.name, parsed)
 
     def _take_usage(self, usage: Any) -> None:

@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from cuca.errors import ProviderError, StreamIncomplete
+from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -128,17 +128,24 @@ class GeminiDecoder(StreamDecoder):
 
 
 def _call(call: Any, signature: str | None, new_id: Callable[[], str]) -> Item:
-    if not isinstance(call, dict):
-        return ProviderError("gemini", f"malformed tool call: {json.dumps(call)}")
-    arguments = call.get("args")
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict) or not isinstance(call.get("name"), str):
-        return ProviderError("gemini", f"malformed tool call: {json.dumps(call)}")
-    call_id = call.get("id")
+    fields = call if isinstance(call, dict) else {}
+    call_id = fields.get("id")
     if not isinstance(call_id, str) or not call_id:
         call_id = new_id()
-    return ToolCall(call_id, call["name"], arguments, signature=signature, provider=GEMINI)
+    name = fields.get("name")
+    arguments = fields.get("args")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict) or not isinstance(name, str):
+        raw = json.dumps(call)
+        return ToolCallError(
+            "gemini",
+            f"malformed tool call: {raw}",
+            tool_call_id=call_id,
+            name=name if isinstance(name, str) else None,
+            raw=json.dumps(fields.get("args")) if "args" in fields else raw,
+        )
+    return ToolCall(call_id, name, arguments, signature=signature, provider=GEMINI)
 
 
 def _count(usage: dict[str, Any], key: str) -> int | None:

@@ -275,7 +275,7 @@ class OpenAiCompatAdapter(ProviderAdapter):
         return HttpRequest(self.url, bearer_headers(self._api_key, request.stream), body)
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
-        decoder = ChatCompletionsDecoder(self.dialect.name)
+        decoder = ChatCompletionsDecoder(self.dialect.name, self.dialect.endpoint)
         return for_request(request, decoder, chat_events, self.dialect.name)
 
     def error_message(self, status: int, body: str) -> str | None:

@@ -19,9 +19,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from cuca.errors import ProviderError, StreamIncomplete
+from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
-from cuca.types import PromptCacheUsage, Text, Thinking, TokenUsage, ToolCall, TurnSummary
+from cuca.types import (
+    PromptCacheUsage,
+    ProviderEndpoint,
+    Text,
+    Thinking,
+    TokenUsage,
+    ToolCall,
+    TurnSummary,
+)
 
 from .base import Item, StreamDecoder, guarded_feed, loads_json
 from .decoding import json_body, tool_arguments
@@ -75,16 +83,25 @@ def _dict(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _endpoint(provider: str) -> ProviderEndpoint:
+    """The endpoint a provider name stands for; a custom one for a name cuca lacks."""
+    if provider in ProviderEndpoint.BUILTIN:
+        return ProviderEndpoint(provider)
+    return ProviderEndpoint.custom(provider)
+
+
 class ChatCompletionsDecoder(StreamDecoder):
     """Turns ``chat.completion.chunk`` events into blocks (one instance per turn).
 
     Tool calls are held until their choice reports a ``finish_reason`` (or ``[DONE]``
     arrives) and then emitted in index order. A call whose arguments are not a JSON
-    object is yielded as a :class:`~cuca.errors.ProviderError` and the stream goes on.
+    object is yielded as a :class:`~cuca.errors.ToolCallError` and the stream goes on.
+    ``endpoint`` tags Thinking blocks (by default, the endpoint ``provider`` names).
     """
 
-    def __init__(self, provider: str) -> None:
+    def __init__(self, provider: str, endpoint: ProviderEndpoint | None = None) -> None:
         self.provider = provider
+        self.endpoint = endpoint if endpoint is not None else _endpoint(provider)
         self.finished = False
         self._calls: dict[int, _PendingCall] = {}
         self._usage: TokenUsage | None = None
@@ -121,7 +138,7 @@ class ChatCompletionsDecoder(StreamDecoder):
         if delta:
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if reasoning and isinstance(reasoning, str):
-                items.append(Thinking(reasoning))
+                items.append(Thinking(reasoning, provider=self.endpoint))
             content = delta.get("content")
             if content and isinstance(content, str):
                 items.append(Text(content))
@@ -171,12 +188,20 @@ class ChatCompletionsDecoder(StreamDecoder):
 
     def _complete(self, index: int, pending: _PendingCall) -> Item:
         raw = "".join(pending.args).strip()
+        call_id = pending.id or f"call_{index}"
         if not pending.name:
-            return ProviderError(self.provider, f"malformed tool call: no function name: {raw}")
+            message = f"malformed tool call: no function name: {raw}"
+            return ToolCallError(self.provider, message, tool_call_id=call_id, raw=raw)
         arguments = tool_arguments(raw)
         if arguments is None:
-            return ProviderError(self.provider, f"malformed tool call: {raw}")
-        return ToolCall(pending.id or f"call_{index}", pending.name, arguments)
+            return ToolCallError(
+                self.provider,
+                f"malformed tool call: {raw}",
+                tool_call_id=call_id,
+                name=pending.name,
+                raw=raw,
+            )
+        return ToolCall(call_id, pending.name, arguments)
 
     def _read_usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):

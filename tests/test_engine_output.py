@@ -12,8 +12,10 @@ from support.budget import examples
 
 from cuca.engine.formats import OutputFormat, ToolSyntax
 from cuca.engine.output import Item, OutputParser, format_markers, new_call_id
-from cuca.errors import ProviderError
-from cuca.types import Text, Thinking, ToolCall
+from cuca.errors import ToolCallError
+from cuca.types import ProviderEndpoint, Text, Thinking, ToolCall
+
+LOCAL = ProviderEndpoint.LOCAL
 
 PLAIN = OutputFormat(reasoning=None)
 THINK = OutputFormat()
@@ -37,7 +39,7 @@ def merge(items: Sequence[Item]) -> list[Item]:
         if isinstance(item, Text) and isinstance(last, Text):
             merged[-1] = Text(last.text + item.text)
         elif isinstance(item, Thinking) and isinstance(last, Thinking):
-            merged[-1] = Thinking(last.text + item.text)
+            merged[-1] = Thinking(last.text + item.text, provider=LOCAL)
         else:
             merged.append(item)
     return merged
@@ -63,8 +65,10 @@ def call(n: int, name: str, **arguments: object) -> ToolCall:
     return ToolCall(id=f"call_{n:016x}", name=name, arguments=arguments)
 
 
-def malformed(body: str) -> ProviderError:
-    return ProviderError("local", f"malformed tool call: {body}")
+def malformed(body: str, n: int = 0, name: str | None = None) -> ToolCallError:
+    """The item a broken call becomes: the n-th fresh id, the name if it can be read."""
+    message = f"malformed tool call: {body}"
+    return ToolCallError("local", message, tool_call_id=f"call_{n:016x}", name=name, raw=body)
 
 
 def test_output_plain_text_is_emitted_as_it_arrives() -> None:
@@ -84,24 +88,27 @@ def test_output_possible_marker_prefix_is_held_back() -> None:
 
 def test_output_reasoning_block() -> None:
     items = parse_all_ways(THINK, "<think>\nLet me see.\n</think>\n\nThe answer.")
-    assert items == [Thinking("\nLet me see.\n"), Text("The answer.")]
+    assert items == [Thinking("\nLet me see.\n", provider=LOCAL), Text("The answer.")]
 
 
 def test_output_reasoning_is_streamed_as_deltas() -> None:
     parser = OutputParser(THINK, thinking_enabled=True)
-    assert parser.feed("<think>one") == [Thinking("one")]
+    assert parser.feed("<think>one") == [Thinking("one", provider=LOCAL)]
     assert parser.in_reasoning
-    assert parser.feed(" two</thi") == [Thinking(" two")]
+    assert parser.feed(" two</thi") == [Thinking(" two", provider=LOCAL)]
     assert parser.feed("nk>x") == [Text("x")]
     assert not parser.in_reasoning
 
 
 def test_output_starts_in_thinking() -> None:
-    assert parse_all_ways(OPEN_THINK, "plan</think>done") == [Thinking("plan"), Text("done")]
+    assert parse_all_ways(OPEN_THINK, "plan</think>done") == [
+        Thinking("plan", provider=LOCAL),
+        Text("done"),
+    ]
 
 
 def test_output_unterminated_reasoning_is_reasoning() -> None:
-    assert parse_all_ways(THINK, "<think>still going") == [Thinking("still going")]
+    assert parse_all_ways(THINK, "<think>still going") == [Thinking("still going", provider=LOCAL)]
 
 
 def test_output_stray_end_marker_is_dropped() -> None:
@@ -129,22 +136,27 @@ def test_output_hermes_malformed_call_and_stream_goes_on() -> None:
     assert parse_all_ways(HERMES, text) == [
         malformed("{not json}"),
         Text("after "),
-        malformed("[1]"),
+        malformed("[1]", 1),
     ]
 
 
 def test_output_hermes_unterminated_call_is_malformed() -> None:
-    assert parse_all_ways(HERMES, '<tool_call>{"name": "f"') == [malformed('{"name": "f"')]
+    assert parse_all_ways(HERMES, '<tool_call>{"name": "f"') == [
+        malformed('{"name": "f"', name="f")
+    ]
 
 
 def test_output_hermes_arguments_must_be_an_object() -> None:
     text = '<tool_call>{"name": "f", "arguments": [1]}</tool_call>'
-    assert parse_all_ways(HERMES, text) == [malformed('{"name": "f", "arguments": [1]}')]
+    assert parse_all_ways(HERMES, text) == [malformed('{"name": "f", "arguments": [1]}', name="f")]
 
 
 def test_output_tool_marker_inside_reasoning_is_reasoning() -> None:
     text = "<think>maybe <tool_call> later</think>ok"
-    assert parse_all_ways(HERMES, text) == [Thinking("maybe <tool_call> later"), Text("ok")]
+    assert parse_all_ways(HERMES, text) == [
+        Thinking("maybe <tool_call> later", provider=LOCAL),
+        Text("ok"),
+    ]
 
 
 def test_output_llama3_bare_json_call() -> None:
@@ -164,7 +176,7 @@ def test_output_llama3_json_answer_that_is_not_a_call_is_text() -> None:
 
 def test_output_llama3_broken_call_is_malformed() -> None:
     assert parse_all_ways(LLAMA3, '{"name": "a", "parameters": {"x": }}') == [
-        malformed('{"name": "a", "parameters": {"x": }}')
+        malformed('{"name": "a", "parameters": {"x": }}', name="a")
     ]
 
 
@@ -191,11 +203,16 @@ def test_output_mistral_list_and_args_forms() -> None:
 
 
 def test_output_mistral_reasoning_markers_from_format() -> None:
-    assert parse_all_ways(MISTRAL, "[THINK]hm[/THINK]yes") == [Thinking("hm"), Text("yes")]
+    assert parse_all_ways(MISTRAL, "[THINK]hm[/THINK]yes") == [
+        Thinking("hm", provider=LOCAL),
+        Text("yes"),
+    ]
 
 
 def test_output_mistral_malformed() -> None:
-    assert parse_all_ways(MISTRAL, "[TOOL_CALLS]get[ARGS]{oops}") == [malformed("get[ARGS]{oops}")]
+    assert parse_all_ways(MISTRAL, "[TOOL_CALLS]get[ARGS]{oops}") == [
+        malformed("get[ARGS]{oops}", name="get")
+    ]
     assert parse_all_ways(MISTRAL, "[TOOL_CALLS]no args here") == [malformed("no args here")]
 
 

@@ -109,6 +109,7 @@ CUCA = {
     "TokenUsage",
     "ToolCall",
     "Tool",
+    "ToolCallError",
     "ToolDefinition",
     "ToolLoopStream",
     "ToolResult",

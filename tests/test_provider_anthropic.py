@@ -27,6 +27,7 @@ from cuca import (
     ThinkingConfig,
     ThinkingEffort,
     ToolCall,
+    ToolCallError,
     TransportError,
     UnifiedMessage,
     UnifiedRequest,
@@ -424,7 +425,13 @@ def test_anthropic_decoder_malformed_tool_call_is_an_item() -> None:
     decoded = decode("malformed_tool")
     assert decoded.error is None
     assert decoded.items == [
-        ProviderError("anthropic", 'malformed tool call: ["Paris"]'),
+        ToolCallError(
+            "anthropic",
+            'malformed tool call: ["Paris"]',
+            tool_call_id="toolu_01BadInput",
+            name="get_weather",
+            raw='["Paris"]',
+        ),
         ToolCall("toolu_01NoInput", "get_time", {}),
     ]
 

@@ -31,17 +31,22 @@ from cuca.providers.openai_compat import ChatCompletionsDecoder, OpenAiCompatAda
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
 
 KEY = "sk-deepseek-secret-42"
+DEEPSEEK = ProviderEndpoint.DEEPSEEK
 
 EXPECTED: dict[str, tuple[list[Item], TokenUsage, PromptCacheUsage, str]] = {
     "deepseek/reasoner": (
-        [Thinking("引导"), Thinking("用户"), Thinking("问候"), Text("你好"), Text("！")],
+        [
+            *(Thinking(t, provider=DEEPSEEK) for t in ("引导", "用户", "问候")),
+            Text("你好"),
+            Text("！"),
+        ],
         TokenUsage(10, 128, 94),
         PromptCacheUsage(0, 0),
         "stop",
     ),
     "deepseek/tool_call": (
         [
-            Thinking("Read chapter 3."),
+            Thinking("Read chapter 3.", provider=DEEPSEEK),
             ToolCall("call_00_JKplDF8t8DbqkZaGChDX1881", "read_chapter", {"chapter": 3}),
         ],
         TokenUsage(1200, 30, None),

@@ -183,7 +183,7 @@ def test_llamacpp_chat_reasoning_effort(effort: ThinkingEffort, expected: str) -
 CHAT_EXPECTED: dict[str, tuple[list[Item], Any, Any, Any]] = {
     "llama_cpp/chat_tool_call": (
         [
-            Thinking("Need weather"),
+            Thinking("Need weather", provider=ProviderEndpoint.LLAMA_CPP),
             ToolCall("Xa8fK2pQ7rTz9LmN3bVc5HdJ1sWy4EgU", "get_weather", {"city": "Paris"}),
         ],
         None,

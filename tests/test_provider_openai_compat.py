@@ -32,6 +32,7 @@ from cuca import (
     ThinkingEffort,
     TokenUsage,
     ToolCall,
+    ToolCallError,
     ToolResult,
     TransportError,
     UnifiedMessage,
@@ -58,8 +59,9 @@ def texts(*parts: str) -> list[Item]:
     return [Text(p) for p in parts]
 
 
-def thoughts(*parts: str) -> list[Item]:
-    return [Thinking(p) for p in parts]
+def thoughts(*parts: str, provider: ProviderEndpoint) -> list[Item]:
+    """Thinking deltas, each tagged with the endpoint that produced them."""
+    return [Thinking(p, provider=provider) for p in parts]
 
 
 # name -> (items, error, usage, cache, finish_reason)
@@ -106,7 +108,7 @@ EXPECTED: dict[str, tuple[list[Item], Any, Any, Any, str | None]] = {
     ),
     "vllm/reasoning_tool_call": (
         [
-            *thoughts("The user wants", " the weather in Paris."),
+            *thoughts("The user wants", " the weather in Paris.", provider=ProviderEndpoint.VLLM),
             ToolCall("chatcmpl-tool-5b1e7f0c9d2a4e6b", "get_weather", {"city": "Paris"}),
         ],
         None,
@@ -115,7 +117,7 @@ EXPECTED: dict[str, tuple[list[Item], Any, Any, Any, str | None]] = {
         "tool_calls",
     ),
     "vllm/reasoning_both_fields": (
-        [*thoughts("Two plus two", " is four."), Text("4")],
+        [*thoughts("Two plus two", " is four.", provider=ProviderEndpoint.VLLM), Text("4")],
         None,
         TokenUsage(31, 8, None),
         PromptCacheUsage(16, 0),
@@ -133,7 +135,17 @@ EXPECTED: dict[str, tuple[list[Item], Any, Any, Any, str | None]] = {
     ),
     "lm_studio/reasoning": (
         [
-            *thoughts("Ok", "ay", ",", " the", " user", " says", " hi", "."),
+            *thoughts(
+                "Ok",
+                "ay",
+                ",",
+                " the",
+                " user",
+                " says",
+                " hi",
+                ".",
+                provider=ProviderEndpoint.LM_STUDIO,
+            ),
             *texts("Hello", "!", " How", " can", " I", " help", "?"),
         ],
         None,
@@ -143,7 +155,7 @@ EXPECTED: dict[str, tuple[list[Item], Any, Any, Any, str | None]] = {
     ),
     "lm_studio/gpt_oss_tool_call": (
         [
-            *thoughts("Need", " the tool."),
+            *thoughts("Need", " the tool.", provider=ProviderEndpoint.LM_STUDIO),
             ToolCall("814890118", "get_current_weather", {"location": "San Francisco"}),
         ],
         None,
@@ -224,17 +236,17 @@ def test_decoder_empty_content_gives_no_block() -> None:
 
 def test_decoder_reasoning_under_either_name() -> None:
     out = decode(frame({"reasoning": "a"}), frame({"reasoning_content": "b"}), DONE)
-    assert out.items == thoughts("a", "b")
+    assert out.items == thoughts("a", "b", provider=ProviderEndpoint.OPENAI)
 
 
 def test_decoder_reasoning_mirrored_in_both_names_is_one_block() -> None:
     out = decode(frame({"reasoning": "a", "reasoning_content": "a"}), DONE)
-    assert out.items == thoughts("a")
+    assert out.items == thoughts("a", provider=ProviderEndpoint.OPENAI)
 
 
 def test_decoder_reasoning_before_text_in_one_delta() -> None:
     out = decode(frame({"reasoning_content": "think", "content": "say"}), DONE)
-    assert out.items == [Thinking("think"), Text("say")]
+    assert out.items == [Thinking("think", provider=ProviderEndpoint.OPENAI), Text("say")]
 
 
 @pytest.mark.parametrize("args", ["", "{}", " { } ", None])
@@ -321,9 +333,12 @@ def test_decoder_malformed_tool_call_is_an_item(args: str) -> None:
         DONE,
     )
     assert out.items == [
-        ProviderError("openai", f"malformed tool call: {args}"),
+        ToolCallError(
+            "openai", f"malformed tool call: {args}", tool_call_id="bad", name="f", raw=args
+        ),
         ToolCall("good", "g", {"ok": True}),
     ]
+    assert isinstance(out.items[0], ProviderError)  # what code written before still catches
     assert out.error is None
     assert out.summary.usage == TokenUsage(3, 4)
 
@@ -331,8 +346,9 @@ def test_decoder_malformed_tool_call_is_an_item(args: str) -> None:
 def test_decoder_tool_call_without_name_is_malformed() -> None:
     out = decode(frame(call(0, "{}", id="a")), frame({}, "tool_calls"), DONE)
     assert len(out.items) == 1
-    assert isinstance(out.items[0], ProviderError)
-    assert out.items[0].message.startswith("malformed tool call")
+    assert out.items[0] == ToolCallError(
+        "openai", "malformed tool call: no function name: {}", tool_call_id="a", raw="{}"
+    )
 
 
 def test_decoder_tool_calls_flushed_at_done_without_finish() -> None:
