@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 import trio
-from conformance.targets import TARGETS, Target, decode, normalized
+from conformance.targets import (
+    SYNTHETIC_ID,
+    TARGETS,
+    Target,
+    decode,
+    normalized,
+    openai_tool_frames,
+)
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.budget import examples, offsets
@@ -22,8 +29,10 @@ from cuca import (
     CucaError,
     HttpStatusError,
     RetryPolicy,
+    Thinking,
     Timeouts,
     ToolCall,
+    ToolCallError,
     TransportError,
     merge_blocks,
 )
@@ -425,3 +434,41 @@ def test_conformance_wrongly_typed_json_raises_only_cuca_errors(
     )
     _, error = decode(target, [body])
     assert error is None or isinstance(error, CucaError), repr(error)
+
+
+# -- 7. what a block says about where it came from -------------------------------------
+
+REASONING_FRAME = (
+    b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"hm"}}]}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+)
+
+
+@targets
+def test_conformance_every_thinking_block_names_its_provider(target: Target) -> None:
+    """docs/reasoning.md: every Thinking block carries the provider that produced it."""
+    bodies = [target.transcript(name) for name in target.transcripts]
+    if target.tool_frames is openai_tool_frames:  # an OpenAI-compatible wire
+        bodies.append(REASONING_FRAME)
+    thoughts = [
+        item for body in bodies for item in decode(target, [body])[0] if isinstance(item, Thinking)
+    ]
+    assert all(t.provider == target.endpoint for t in thoughts), thoughts
+    # every wire that reasons was seen reasoning (the /completion route has no reasoning)
+    assert thoughts or target.name == "llama_cpp_completion"
+
+
+@pytest.mark.parametrize("target", TOOL_TARGETS, ids=[t.name for t in TOOL_TARGETS])
+def test_conformance_malformed_call_carries_its_id_and_name(target: Target) -> None:
+    """The caller can answer the broken call and keep the conversation valid."""
+    assert target.tool_frames is not None
+    items, error = decode(target, [target.tool_frames("[1, 2]")])
+    assert error is None
+    (bad,) = [i for i in items if isinstance(i, CucaError)]
+    assert isinstance(bad, ToolCallError)
+    assert (bad.name, bad.raw) == ("f", "[1, 2]")
+    if target.name == "gemini":  # Gemini sent no id: a fresh one to answer it with
+        assert SYNTHETIC_ID.fullmatch(bad.tool_call_id or "")
+    else:
+        assert bad.tool_call_id in ("call_1", "toolu_1")
+    assert bad.message.startswith("malformed tool call: ")

@@ -21,10 +21,10 @@ from cuca import (
     Block,
     ConfigurationError,
     CucaClient,
-    HttpStatusError,
     LlamaCppConfig,
     MessageRole,
     ProviderEndpoint,
+    RateLimitError,
     RetryPolicy,
     Timeouts,
     ToolCall,
@@ -337,10 +337,11 @@ async def test_inputs_retry_after_beyond_the_limit_raises_at_once(autojump_clock
     async with open_replay_server([hour, Reply(frames("ok"))]) as server:
         async with CucaClient(FAKE, base_url=server.url) as client:
             start = trio.current_time()
-            with pytest.raises(HttpStatusError) as info:
+            with pytest.raises(RateLimitError) as info:
                 await client.generate(REQUEST)
             assert trio.current_time() - start == 0
-    assert info.value.status == 429
+    assert (info.value.status, info.value.retry_after) == (429, 3600)
+    assert str(info.value) == 'http status 429: {"error":"slow down"}'
     assert len(server.requests) == 1
 
 
