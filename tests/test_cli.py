@@ -240,8 +240,9 @@ async def test_cli_non_fatal_error_is_one_stderr_line() -> None:
     records = [json.loads(line) for line in out(as_json).splitlines()]
     errors = [r for r in records if r["type"] == "Error"]
     assert len(errors) == 1
-    assert errors[0]["value"]["kind"] == "ProviderError"
+    assert errors[0]["value"]["kind"] == "ToolCallError"
     assert errors[0]["value"]["message"].startswith("provider error (openai): malformed tool call")
+    assert (errors[0]["value"]["tool_call_id"], errors[0]["value"]["name"]) == ("call_1", "f")
 
 
 async def test_cli_unreachable_server_exits_1() -> None:

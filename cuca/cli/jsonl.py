@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from cuca.convert import to_json, unstructure
-from cuca.errors import CucaError
+from cuca.errors import CucaError, ToolCallError
 from cuca.types import Block, UnifiedResponse
 
 from .console import Console
@@ -22,8 +22,12 @@ __all__ = ["JsonRenderer", "error_record"]
 
 
 def error_record(error: CucaError) -> dict[str, Any]:
-    """The JSON record of an error: its class name and its message."""
-    return {"type": "Error", "value": {"kind": type(error).__name__, "message": str(error)}}
+    """The JSON record of an error: its class name and its message (and, for a malformed
+    tool call, the call's id and name, which a caller needs to answer it)."""
+    value: dict[str, Any] = {"kind": type(error).__name__, "message": str(error)}
+    if isinstance(error, ToolCallError):
+        value.update(tool_call_id=error.tool_call_id, name=error.name)
+    return {"type": "Error", "value": value}
 
 
 class JsonRenderer:
