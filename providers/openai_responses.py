@@ -25,7 +25,6 @@ The stream decoder lives in :mod:`.responses_decode`.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from cuca.types import (
@@ -115,7 +114,7 @@ def _assistant_items(message: UnifiedMessage, endpoint: ProviderEndpoint) -> lis
             text.append(block.text)
         elif isinstance(block, ToolCall):
             flush_text()
-            arguments = json.dumps(dict(block.arguments), ensure_ascii=False)
+            arguments = block.arguments_json()
             call = {"type": "function_call", "call_id": block.id, "name": block.name}
             items.append({**call, "arguments": arguments})
     flush_text()

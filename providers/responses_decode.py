@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from cuca.errors import ProviderError, StreamIncomplete
+from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -80,7 +80,8 @@ class ResponsesDecoder(StreamDecoder):
 
     A function call is yielded once its arguments are final, as a ToolCall whose ``id``
     is the item's ``call_id``; arguments that are not a JSON object are yielded as a
-    ``ProviderError`` ("malformed tool call") and the stream goes on.
+    ``ToolCallError`` ("malformed tool call", with the call's id and name) and the stream
+    goes on.
     """
 
     def __init__(self, endpoint: ProviderEndpoint) -> None:
@@ -224,10 +225,16 @@ class ResponsesDecoder(StreamDecoder):
         self._called = True
         raw = "".join(call.args).strip()
         if not call.name:
-            return [ProviderError(self.provider, f"malformed tool call: no function name: {raw}")]
+            message = f"malformed tool call: no function name: {raw}"
+            return [ToolCallError(self.provider, message, tool_call_id=call.call_id, raw=raw)]
         arguments = tool_arguments(raw)
         if arguments is None:
-            return [ProviderError(self.provider, f"malformed tool call: {raw}")]
+            message = f"malformed tool call: {raw}"
+            return [
+                ToolCallError(
+                    self.provider, message, tool_call_id=call.call_id, name=call.name, raw=raw
+                )
+            ]
         return [ToolCall(call.call_id, call.name, arguments)]
 
 

@@ -341,7 +341,7 @@ async def test_inputs_retry_after_beyond_the_limit_raises_at_once(autojump_clock
                 await client.generate(REQUEST)
             assert trio.current_time() - start == 0
     assert (info.value.status, info.value.retry_after) == (429, 3600)
-    assert str(info.value) == 'http status 429: {"error":"slow down"}'
+    assert str(info.value) == 'http status 429: fake says: {"error":"slow down"}'
     assert len(server.requests) == 1
 
 
