@@ -17,11 +17,12 @@ import attrs
 
 from cuca.providers.table import ENDPOINTS, by_cli_name
 
+from ._checks import kind, of_type, optional, positive_int, real_in
+from .errors import ConfigurationError
+
 if TYPE_CHECKING:
     from datetime import datetime
     from decimal import Decimal
-from ._checks import kind, of_type, optional, positive_int, real_in
-from .errors import ConfigurationError
 
 __all__ = [
     "AnthropicThinkingParams",
