@@ -216,10 +216,10 @@ async def test_model_max_tokens_is_met_to_the_token(model: LocalModel) -> None:
         assert usage_of(summary)[3] == limit
 
 
-async def test_model_max_tokens_zero(model: LocalModel) -> None:
-    items, summary = await run_turn(model, ask(STORY, max_tokens=0))
-    assert items == []
-    assert usage_of(summary)[3] == 0
+def test_model_max_tokens_zero_is_refused_where_it_is_set() -> None:
+    """Every backend takes at least one token: 0 is a ConfigurationError, not a turn."""
+    with pytest.raises(ConfigurationError, match="max_tokens must be a positive integer"):
+        ask(STORY, max_tokens=0)
 
 
 async def test_model_second_turn_reads_the_first_from_cache(model: LocalModel) -> None:
