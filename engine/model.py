@@ -191,7 +191,8 @@ class LocalModel:
         differently from a fresh one. docs/local-engine.md has the numbers.
 
         Raises :class:`~cuca.errors.ConfigurationError` when llama-cpp-python is missing,
-        the file is missing or not GGUF, llama.cpp cannot load it, or it has no template.
+        the file is missing or not GGUF, llama.cpp cannot load it, it has no template, or
+        ``n_ctx`` is not a size llama.cpp keeps (a multiple of 256).
         """
         file = Path(path)
         _check_file(file)
@@ -215,6 +216,11 @@ class LocalModel:
             n_seq=sequences,
         )
         try:
+            if backend.n_ctx != n_ctx:  # llama.cpp pads the context to a multiple of 256
+                raise ConfigurationError(
+                    f"n_ctx={n_ctx} would silently become {backend.n_ctx} (llama.cpp sizes "
+                    f"the context in steps of 256 tokens): pass n_ctx={backend.n_ctx}"
+                )
             template = cls._template(backend, chat_template)
         except BaseException:
             backend.close()
@@ -305,6 +311,7 @@ class LocalModel:
         """Render and tokenize ``request`` for the engine thread (blocking: the worker
         calls it in a thread). Raises ConfigurationError or TemplateError for a request
         the engine cannot run."""
+        self._check_capabilities(request)
         rendered = self._render(request)
         prompt = self._tokenize(rendered.text)
         if len(prompt) > self.n_ctx:
@@ -322,6 +329,23 @@ class LocalModel:
             hidden=self._hidden_tokens(fmt),
             grammar=gbnf_for(request.output_schema),
         )
+
+    def _check_capabilities(self, request: UnifiedRequest) -> None:
+        """Refuse what this model would silently drop: tools it has no call syntax for,
+        reasoning it cannot do."""
+        capabilities = self.capabilities()
+        if request.tools and not capabilities.tools:
+            raise ConfigurationError(
+                f"the model {self.path.name} has no tool-call syntax cuca can read "
+                f"(capabilities().tools is false), so its {len(request.tools)} tool(s) would "
+                "be left out of the prompt: remove them, or load a model that calls tools"
+            )
+        if request.thinking is not None and request.thinking.enabled:
+            if not capabilities.reasoning:
+                raise ConfigurationError(
+                    f"the model {self.path.name} cannot reason (capabilities().reasoning "
+                    "is false): leave thinking unset or off for it"
+                )
 
     def submit(self, prepared: PreparedTurn, sink: TokenSink) -> Turn:
         """Queue a prepared turn; its output goes to ``sink``, which is finished exactly
@@ -373,9 +397,9 @@ class LocalModel:
         return tokens
 
     def close(self) -> None:
-        """Free the model. Running turns stop before their next token (each ends as
-        cancelled, so this never waits on a consumer that is not reading), waiting
-        turns are cancelled, then the memory is freed."""
+        """Free the model. Running turns stop before their next token (so this never
+        waits on a consumer that is not reading) and, like waiting ones, end with
+        :class:`~cuca.errors.StreamIncomplete`; then the memory is freed."""
         self._scheduler.close()
         self._backend.close()
 

@@ -36,14 +36,13 @@ class TurnEnd:
 
     ``finish_reason``: ``"stop"`` (an end-of-generation token), ``"length"``
     (``max_tokens`` reached), ``"context_length"`` (the context is full) or
-    ``"cancelled"`` (the stream was dropped). ``tail`` is text the UTF-8 decoder still
-    held at the end (a character cut in half by the last token), not a token of its own.
+    ``"cancelled"`` (the stream was dropped). A character cut in half by the last token
+    is not sent at all (no U+FFFD); its tokens count in ``completion_tokens``.
     """
 
     prompt_cache_usage: PromptCacheUsage
     completion_tokens: int
     finish_reason: str
-    tail: str = ""
 
 
 class TokenSink(Protocol):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from cuca.errors import ConfigurationError, ProviderError
+from cuca.errors import ConfigurationError, ProviderError, StreamIncomplete
 from cuca.types import PromptCacheUsage
 
 from .backend import DECODE_ABORTED, LlamaBackend, Row, Sampler
@@ -37,6 +37,11 @@ __all__ = ["PreparedTurn", "Scheduler"]
 
 IDLE_POLL = 0.05
 """Seconds the engine thread sleeps at most while every turn waits for its consumer."""
+
+
+def _closed() -> StreamIncomplete:
+    """How a turn ends when its model is closed under it: cut short, not finished."""
+    return StreamIncomplete("the local model was closed during the turn")
 
 
 @attrs.frozen
@@ -136,7 +141,8 @@ class Scheduler:
             self._cond.notify()
 
     def close(self) -> None:
-        """Stop every turn (each ends as cancelled) and wait for the thread to return."""
+        """Stop every turn (each ends with StreamIncomplete) and wait for the thread to
+        return."""
         with self._cond:
             self._closing = True
             thread = self._thread
@@ -184,7 +190,7 @@ class Scheduler:
                 self._fail(turn, error)
         while self._waiting:
             turn = self._waiting.popleft()
-            turn.sink.finish(error if error is not None else TurnEnd(turn.usage(), 0, "cancelled"))
+            turn.sink.finish(error if error is not None else _closed())
 
     def _admit(self) -> list[Turn]:
         """Waiting turns given a sequence, in FIFO order (called holding the lock)."""
@@ -341,9 +347,14 @@ class Scheduler:
             turn.next_token = token
 
     def _finish(self, turn: Turn, reason: str) -> None:
-        tail = turn.decoder.decode(b"", final=True)
+        # what the decoder still holds is a character cut in half by the last token (the
+        # cap, or the end of generation): dropped, never shown as U+FFFD; its tokens
+        # still count in completion_tokens
+        if reason == "cancelled" and self._closing:
+            self._fail(turn, _closed())
+            return
         self._release(turn)
-        turn.sink.finish(TurnEnd(turn.usage(), turn.count, reason, tail=tail))
+        turn.sink.finish(TurnEnd(turn.usage(), turn.count, reason))
 
     def _fail(self, turn: Turn, error: BaseException) -> None:
         self._release(turn)

@@ -237,10 +237,7 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[A
                 await self.out.send(out)
 
         def _end(self, parser: OutputParser | HarmonyParser, end: TurnEnd) -> list[Any]:
-            out: list[Any] = parser.feed(end.tail)
-            if self.token_ends:
-                self.token_ends[-1] += len(end.tail)
-            out += parser.close()
+            out: list[Any] = parser.close()
             summary = _summary(end, parser.reasoning_token_count(self.token_ends))
             if self.request is not None:
                 out.append(EndOfTurn(self.request, summary))
