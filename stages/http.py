@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, cast
 
+import attrs
 import httpx
 import trio
 
@@ -228,6 +229,18 @@ def sse_stage(new_framer: Callable[[], Framer]) -> Chained[Any, Any]:
     return Chained(SseParse)
 
 
+def _as_answered(head: ResponseHead) -> UnifiedRequest:
+    """The request as the server answered it: a server that ignored ``stream`` and sent
+    one JSON document is decoded as the non-streamed form of the turn, not as a broken
+    event stream."""
+    request = head.request
+    if request.stream:
+        content_type = next((v for k, v in head.headers if k.lower() == "content-type"), "")
+        if content_type.split(";")[0].strip().lower() == "application/json":
+            return attrs.evolve(request, stream=False)
+    return request
+
+
 MAX_DRAIN_READS = 16
 """Reads drained after the provider's end marker so the connection can be pooled; a
 server still sending after that many is cut off."""
@@ -263,7 +276,7 @@ def decode_stage(
                 for event in batch:
                     if isinstance(event, ResponseHead):
                         self.request = event.request
-                        decoder = self.decoder = new_decoder(event.request)
+                        decoder = self.decoder = new_decoder(_as_answered(event))
                     elif decoder is None:
                         raise PluginError("decode", "an event arrived before the ResponseHead")
                     else:

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 import trio
-from conformance.targets import TARGETS, Target
+from conformance.targets import BY_NAME, TARGETS, Target, normalized
 from support.fake_adapter import FAKE, frames
+from support.transcripts import TRANSCRIPTS
 
 from cuca import (
     Block,
@@ -37,6 +38,11 @@ from cuca.engine.template import template_variables
 from cuca.testing import Reply, open_replay_server
 
 WEATHER = {"city": "Paris"}
+
+
+def whole(name: str) -> bytes:
+    """The non-streamed JSON answer of a transcript's turn."""
+    return (TRANSCRIPTS / f"{name}.json").read_bytes()
 
 
 def history(arguments: Any) -> UnifiedRequest:
@@ -368,3 +374,29 @@ async def test_inputs_a_config_base_url_without_scheme_is_a_configuration_error(
         "configuration error: invalid URL 127.0.0.1:8080/v1/chat/completions: "
         "no http:// or https:// scheme"
     )
+
+
+NON_STREAMED = [
+    ("openai", "openai/text"),
+    ("anthropic", "anthropic/thinking_two_tools"),
+    ("gemini", "gemini/thoughts_parallel_calls"),
+    ("openai_responses", "openai_responses/text"),
+    ("llama_cpp_completion", "llama_cpp/completion"),
+]
+
+
+@pytest.mark.parametrize(("target_name", "name"), NON_STREAMED)
+async def test_inputs_a_json_answer_to_a_streamed_request_is_decoded_whole(
+    target_name: str, name: str
+) -> None:
+    """A server that ignores ``stream: true`` and answers one JSON document: the user gets
+    the turn's blocks (as from the event stream), not a "stream ended" error."""
+    target = BY_NAME[target_name]
+    json_reply = Reply(whole(name), headers=[("content-type", "application/json")])
+    results = []
+    for reply in (Reply(target.transcript(name)), json_reply):
+        async with open_replay_server(reply) as server, target.client(server.url) as client:
+            done = await client.generate(target.request())  # stream=True
+        results.append((normalized(list(done.blocks)), done.response.usage))
+    assert results[0] == results[1]
+    assert results[1][0]  # the answer really has blocks

@@ -88,7 +88,7 @@ async def test_seed_004_rome_weather_round_trip(data: st.DataObject) -> None:
 
     # The first turn: the seed's reasoning and tool call, side by side.
     assert first.blocks == (
-        Thinking(SEED_REASONING),
+        Thinking(SEED_REASONING, provider=ProviderEndpoint.VLLM),
         ToolCall("call_abc123", "get_weather", {"city": "Rome"}),
     )
     assert first.response.finish_reason == "tool_calls"
@@ -126,7 +126,7 @@ async def test_seed_004_rome_weather_round_trip(data: st.DataObject) -> None:
 
     # The second turn: LocalAI resumed from the returned reasoning and answered.
     assert second.blocks == (
-        Thinking("The tool says 22 degrees and sunny."),
+        Thinking("The tool says 22 degrees and sunny.", provider=ProviderEndpoint.VLLM),
         Text("It is sunny in Rome, 22 °C."),
     )
     assert second.response.finish_reason == "stop"
