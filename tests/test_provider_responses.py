@@ -35,6 +35,7 @@ from cuca import (
     ThinkingEffort,
     TokenUsage,
     ToolCall,
+    ToolCallError,
     UnifiedRequest,
     merge_blocks,
 )
@@ -247,12 +248,15 @@ def test_responses_call_without_argument_events_is_taken_from_the_done_item() ->
 
 
 def test_responses_malformed_arguments_are_an_error_item_and_the_turn_goes_on() -> None:
-    """What the user sees: a ProviderError item naming the raw arguments, then the text."""
+    """What the user sees: a ToolCallError item (a ProviderError) with the call's id,
+    name and raw arguments, then the text."""
     args = {"type": "response.function_call_arguments.done", "item_id": "fc_1", "arguments": "[1]"}
     text = {"type": "response.output_text.delta", "delta": "ok"}
     items, error, summary = decode([frames(call_added("fc_1", "c1"), args, text, COMPLETED)])
     assert error is None
-    assert items == [ProviderError("openai", "malformed tool call: [1]"), Text("ok")]
+    message = "malformed tool call: [1]"
+    bad = ToolCallError("openai", message, tool_call_id="c1", name="f", raw="[1]")
+    assert items == [bad, Text("ok")]
     assert summary.finish_reason == "tool_calls"
 
 
