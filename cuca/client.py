@@ -85,7 +85,7 @@ def _check_client(provider: object, base_url: object) -> None:
             )
 
 
-def require_trio() -> None:
+def _require_trio() -> None:
     """Refuse to start a turn outside trio, with what to do instead.
 
     cuca is built on trio's structured concurrency (nurseries, cancel scopes, memory
@@ -311,7 +311,7 @@ class CucaClient:
         ended before this returns."""
         from cuca.observe import watched
 
-        require_trio()
+        _require_trio()
         if not isinstance(request, UnifiedRequest):
             raise ConfigurationError(f"a turn takes a UnifiedRequest, not {kind(request)}")
         if self._pool is not None:

@@ -116,8 +116,6 @@ def _check_request(request: UnifiedRequest) -> None:
     for index, message in enumerate(request.messages):
         if any(isinstance(block, ImageBase64) for block in message.content):
             raise ConfigurationError(f"the local engine is text only: message {index} has an image")
-    if request.max_tokens is not None and request.max_tokens < 0:
-        raise ConfigurationError(f"max_tokens must be >= 0, got {request.max_tokens}")
 
 
 class LocalModel:
