@@ -24,6 +24,8 @@ from cuca import (
     ProviderEndpoint,
     SamplingConfig,
     Text,
+    Thinking,
+    ToolCallError,
     UnifiedRequest,
     merge_blocks,
 )
@@ -97,6 +99,10 @@ def test_conformance_local_any_output_gives_blocks_or_typed_errors(
             "Thinking",
             "ToolCall",
         ), repr(item)
+        if isinstance(item, Thinking):  # every Thinking names the provider that made it
+            assert item.provider == ProviderEndpoint.LOCAL
+        if isinstance(item, CucaError):  # a broken call can still be answered by its id
+            assert isinstance(item, ToolCallError) and item.tool_call_id
     assert merged(items) == merged(parse(fmt, [text]))  # the split never changes the output
 
 
