@@ -454,8 +454,9 @@ def test_conformance_every_thinking_block_names_its_provider(target: Target) -> 
         item for body in bodies for item in decode(target, [body])[0] if isinstance(item, Thinking)
     ]
     assert all(t.provider == target.endpoint for t in thoughts), thoughts
-    # every wire that reasons was seen reasoning (the /completion route has no reasoning)
-    assert thoughts or target.name == "llama_cpp_completion"
+    # every wire that reasons was seen reasoning: /completion has none, and no
+    # llama.cpp /responses transcript holds any
+    assert thoughts or target.name in ("llama_cpp_completion", "llama_cpp_responses")
 
 
 @pytest.mark.parametrize("target", TOOL_TARGETS, ids=[t.name for t in TOOL_TARGETS])
