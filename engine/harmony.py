@@ -19,7 +19,8 @@ does.
 I/O-free like :class:`~cuca.engine.output.OutputParser`, with the same interface: any
 split of the same text gives the same blocks once adjacent deltas are merged; a marker
 cut between pieces is held back until the next piece decides it; a call whose arguments
-are not a JSON object becomes a ``ProviderError("local", "malformed tool call: ...")``.
+are not a JSON object becomes a ``ToolCallError("local", "malformed tool call: ...")``
+carrying a fresh call id and the function's name.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
-from cuca.errors import ProviderError
-from cuca.types import Text, Thinking, ToolCall, new_call_id
+from cuca.errors import ProviderError, ToolCallError
+from cuca.types import ProviderEndpoint, Text, Thinking, ToolCall, new_call_id
 
 from .streaming import StreamingParser
 
@@ -46,6 +47,7 @@ _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL_NAME = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
 
 Item = Text | Thinking | ToolCall | ProviderError
+LOCAL = ProviderEndpoint.LOCAL
 
 
 def _held(text: str, markers: Sequence[str]) -> int:
@@ -172,14 +174,21 @@ class HarmonyParser(StreamingParser[Item]):
         except (ValueError, RecursionError):
             arguments = None
         if not name or not isinstance(arguments, dict):
-            return ProviderError("local", f"malformed tool call: {recipient} {body}".strip())
+            return ToolCallError(
+                "local",
+                f"malformed tool call: {recipient} {body}".strip(),
+                tool_call_id=self._new_id(),
+                name=name or None,
+                raw=body,
+            )
         return ToolCall(id=self._new_id(), name=name, arguments=arguments)
 
     def _emit(self, out: list[Item], kind: type[Text] | type[Thinking], n: int) -> None:
         text = self._consume(n)
         if not text:
             return
-        if out and isinstance(out[-1], kind):
-            out[-1] = kind(out[-1].text + text)
-        else:
-            out.append(kind(text))
+        last = out[-1] if out else None
+        if isinstance(last, kind):
+            text = last.text + text
+            out.pop()
+        out.append(Thinking(text, provider=LOCAL) if kind is Thinking else Text(text))

@@ -15,8 +15,10 @@ from test_engine_output import merge
 from cuca.engine.formats import Capabilities, OutputFormat, ToolSyntax
 from cuca.engine.harmony import HARMONY_MARKERS, HarmonyParser
 from cuca.engine.output import Item, format_markers, new_output_parser
-from cuca.errors import ProviderError
-from cuca.types import Text, Thinking, ToolCall, UnifiedRequest
+from cuca.errors import ToolCallError
+from cuca.types import ProviderEndpoint, Text, Thinking, ToolCall, UnifiedRequest
+
+LOCAL = ProviderEndpoint.LOCAL
 
 GPT_OSS = "openai-gpt-oss-120b.jinja"
 HARMONY = OutputFormat(("<|channel|>analysis<|message|>", "<|end|>"), ToolSyntax.HARMONY)
@@ -45,14 +47,14 @@ def parse(pieces: Sequence[str], thinking: bool = True) -> list[Item]:
 
 def test_harmony_reasoning_then_a_call() -> None:
     assert parse([REASON + CALL]) == [
-        Thinking("The user wants the weather. Call the tool."),
+        Thinking("The user wants the weather. Call the tool.", provider=LOCAL),
         ToolCall("call_0", "get_weather", {"city": "Paris", "units": "C"}),
     ]
 
 
 def test_harmony_reasoning_then_the_answer() -> None:
     assert parse([REASON + ANSWER]) == [
-        Thinking("The user wants the weather. Call the tool."),
+        Thinking("The user wants the weather. Call the tool.", provider=LOCAL),
         Text("It is 18°C in Paris."),
     ]
 
@@ -70,8 +72,9 @@ def test_harmony_bad_arguments_are_an_error_item_and_parsing_goes_on() -> None:
     call = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{oops<|call|>"
     text = call + ANSWER
     items = parse([text])
-    assert isinstance(items[0], ProviderError)
+    assert isinstance(items[0], ToolCallError)  # a ProviderError with what answers it
     assert "malformed tool call: functions.f {oops" in str(items[0])
+    assert (items[0].name, items[0].raw) == ("f", "{oops") and items[0].tool_call_id
     assert items[1:] == [Text("It is 18°C in Paris.")]
 
 
