@@ -22,6 +22,7 @@ from cuca.stages.sse import SseEvent, SseParser
 from cuca.types import Block, ProviderEndpoint, TurnSummary, UnifiedRequest
 
 __all__ = [
+    "JSON_BODY",
     "SECRET_HEADERS",
     "ClientSettings",
     "Framer",
@@ -35,6 +36,11 @@ __all__ = [
 
 Item: TypeAlias = Block | CucaError
 """What a stream yields: a block, or an error that did not end the turn."""
+
+JSON_BODY = "\njson body"
+"""The event type of a response body that was one JSON document, not an event stream
+(a type no server can send: it starts with a newline). Only a non-streamed turn's
+decoder takes it; every other decoder reports it as a ``ProviderError``."""
 
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
 
@@ -147,6 +153,8 @@ def guarded_feed(provider: str) -> Callable[[FeedMethod], FeedMethod]:
     def wrap(feed: FeedMethod) -> FeedMethod:
         @functools.wraps(feed)
         def guarded(self: Any, event: SseEvent) -> list[Item]:
+            if event.event == JSON_BODY:
+                raise _not_streamed(str(getattr(self, "provider", provider)), event.data)
             try:
                 return feed(self, event)
             except CucaError:
@@ -166,6 +174,25 @@ def guarded_feed(provider: str) -> Callable[[FeedMethod], FeedMethod]:
         return guarded
 
     return wrap
+
+
+def _not_streamed(provider: str, body: str) -> ProviderError:
+    """A streamed request answered with one JSON document: the vendor's error message
+    when the document is an error, else what happened and what to do."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        document = None
+    error = document.get("error") if isinstance(document, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return ProviderError(provider, error["message"])
+    if isinstance(error, str):
+        return ProviderError(provider, error)
+    return ProviderError(
+        provider,
+        "the server answered a streamed request with one JSON document; for a server "
+        f"that does not stream, use request.set_stream(False): {body[:200]}",
+    )
 
 
 def loads_json(data: str, provider: str) -> Any:

@@ -5,8 +5,10 @@ Two pieces make a non-streamed turn look like a streamed one to the rest of the
 pipeline:
 
 - :class:`JsonOrSse`, every adapter's framer: a body whose first non-blank byte is
-  ``{`` is not an event stream but one JSON document, handed on whole as one event at
-  the end of the body; any other body goes to the event-stream parser as it arrives.
+  ``{`` is not an event stream but one JSON document, handed on whole as one
+  ``JSON_BODY`` event at the end of the body; any other body goes to the event-stream
+  parser as it arrives. (A stream decoder given a ``JSON_BODY`` event, because a server
+  answered a streamed request with JSON, raises a ``ProviderError`` saying so.)
 - :class:`WholeResponseDecoder`: turns that document into the events the streamed form
   of the same turn would have sent (one function per wire below), and feeds them to
   the wire's own stream decoder. Blocks, usage and finish reason are then the stream's,
@@ -23,7 +25,7 @@ from cuca.errors import ProviderError, SseParseError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import TurnSummary, UnifiedRequest
 
-from .base import Framer, Item, StreamDecoder, loads_json
+from .base import JSON_BODY, Framer, Item, StreamDecoder, loads_json
 from .openai_decode import error_text
 
 __all__ = [
@@ -76,7 +78,7 @@ class JsonOrSse:
         except UnicodeDecodeError as exc:
             raise SseParseError(f"the JSON response body is not UTF-8: {exc}") from None
         self._body = bytearray()
-        return [SseEvent(text)]
+        return [SseEvent(text, JSON_BODY)]
 
 
 Events = list[tuple[str, Mapping[str, Any] | str]]

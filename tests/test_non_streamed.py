@@ -176,3 +176,19 @@ async def test_non_streamed_turn_dropped_while_waiting_closes_the_connection() -
             assert scope.cancelled_caught
             with trio.fail_after(5):
                 await server.wait_connections_closed()
+
+
+async def test_streamed_request_answered_with_one_json_document_says_so() -> None:
+    """A gateway that ignores ``stream: true`` and answers with a JSON completion: not
+    an empty turn, a ProviderError telling the user to send the turn non-streamed."""
+    with pytest.raises(ProviderError, match=r"use request.set_stream\(False\)"):
+        await run(BY_NAME["openai"], Reply(whole("openai/text"), headers=JSON), stream=True)
+
+
+@pytest.mark.parametrize("target_name", ["openai", "anthropic", "gemini", "openai_responses"])
+async def test_streamed_request_answered_with_a_json_error_shows_the_vendor_message(
+    target_name: str,
+) -> None:
+    body = json.dumps({"error": {"message": "quota exhausted", "code": 429}}).encode()
+    with pytest.raises(ProviderError, match="quota exhausted"):
+        await run(BY_NAME[target_name], Reply(body, headers=JSON), stream=True)
