@@ -54,6 +54,7 @@ from .retry import RetryPolicy as RetryPolicy
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks
+from .tool_loop import LoopObserver as LoopObserver
 from .tool_loop import Step as Step
 from .tool_loop import ToolLoopStream as ToolLoopStream
 from .tools import Tool as Tool

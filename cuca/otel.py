@@ -3,13 +3,16 @@
 ``OtelPlugin()`` is a plugin (``pip install 'cuca[otel]'``, which brings only the
 OpenTelemetry API; the application chooses the SDK and the exporter). Each turn becomes a
 ``CLIENT`` span named ``chat {model}`` with the ``gen_ai.*`` request, response and usage
-attributes, and an event when the first block arrived.
+attributes, and an event when the first block arrived. A tool loop run on the client
+(``client.run_tools``) becomes an ``invoke_agent`` span with a ``step {n}`` span per step,
+holding that step's turn span and an ``execute_tool {name}`` span per tool call.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from opentelemetry import trace
@@ -18,7 +21,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from .errors import CucaError
 from .observe import TurnEnd, TurnObserver
 from .plugins import CucaPlugin
-from .types import Block, UnifiedRequest
+from .tool_loop import LoopObserver, ToolDone
+from .types import Block, ToolCall, ToolResult, UnifiedRequest
 
 __all__ = ["FIRST_BLOCK_EVENT", "OtelPlugin", "provider_name"]
 
@@ -68,6 +72,64 @@ class OtelPlugin(CucaPlugin):
             f"chat {request.model}", kind=SpanKind.CLIENT, attributes=attributes
         )
         return _SpanObserver(span)
+
+    def observe_tools(self, request: UnifiedRequest) -> LoopObserver:
+        return _LoopSpans(self._tracer, request)
+
+
+class _LoopSpans(LoopObserver):
+    """The spans of one tool loop, each current in the task that runs its part (so the
+    turns and tool calls inside nest under them)."""
+
+    def __init__(self, tracer: trace.Tracer, request: UnifiedRequest) -> None:
+        self.tracer = tracer
+        self.request = request
+
+    def run(self) -> AbstractContextManager[None]:
+        request = self.request
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": provider_name(str(request.provider)),
+            "gen_ai.request.model": request.model,
+        }
+        return _current(self.tracer.start_span("invoke_agent", attributes=attributes))
+
+    def step(self, number: int) -> AbstractContextManager[None]:
+        span = self.tracer.start_span(f"step {number}", attributes={"cuca.tool_loop.step": number})
+        return _current(span)
+
+    @contextmanager
+    def tool_call(self, call: ToolCall) -> Iterator[ToolDone]:
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+        }
+        span = self.tracer.start_span(f"execute_tool {call.name}", attributes=attributes)
+
+        def done(result: ToolResult, error_type: str | None) -> None:
+            if result.is_error:
+                span.set_attribute("error.type", error_type or "_OTHER")
+                span.set_status(Status(StatusCode.ERROR, result.output.split("\n", 1)[0]))
+
+        with _current(span):
+            yield done
+
+
+@contextmanager
+def _current(span: Span) -> Iterator[None]:
+    """Make ``span`` current in this task while the block runs; end it after. An error
+    that ends the block marks it (a cancellation does not: the consumer left)."""
+    with trace.use_span(
+        span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+    ):
+        try:
+            yield
+        except Exception as exc:
+            span.set_attribute("error.type", type(exc).__name__)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+            raise
 
 
 class _SpanObserver(TurnObserver):

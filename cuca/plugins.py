@@ -15,6 +15,7 @@ from .types import Block, UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
     from .observe import TurnObserver
+    from .tool_loop import LoopObserver
 
 __all__ = ["CucaPlugin"]
 
@@ -43,6 +44,12 @@ class CucaPlugin:
         """Return a :class:`~cuca.observe.TurnObserver` to watch this turn from outside
         (raw bytes, every item, how it ended), or ``None``. Called once the request hooks
         have run; the session log and the trace plugin use it."""
+        return None
+
+    def observe_tools(self, request: UnifiedRequest) -> LoopObserver | None:
+        """Return a :class:`~cuca.tool_loop.LoopObserver` to watch a tool loop run on the
+        client (its steps and tool calls), or ``None``. Called when the loop starts, with
+        its request (tools declared); the trace plugin uses it."""
         return None
 
 

@@ -13,8 +13,15 @@ from __future__ import annotations
 
 import math
 import traceback
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    ExitStack,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from typing import Any, Protocol, TypedDict
 
 import attrs
@@ -22,6 +29,7 @@ import trio
 
 from ._nursery import background_nursery
 from .errors import ConfigurationError, CucaError
+from .plugins import CucaPlugin
 from .stream import merge_blocks
 from .tools import Tool, ToolArgumentsError, as_tool
 from .types import (
@@ -36,7 +44,15 @@ from .types import (
     UnifiedResponse,
 )
 
-__all__ = ["Step", "ToolLoopOptions", "ToolLoopStream", "TurnClient", "TurnStream", "run_tools"]
+__all__ = [
+    "LoopObserver",
+    "Step",
+    "ToolLoopOptions",
+    "ToolLoopStream",
+    "TurnClient",
+    "TurnStream",
+    "run_tools",
+]
 
 
 @attrs.frozen
@@ -63,6 +79,31 @@ class TurnClient(Protocol):
     """What the loop runs its steps on: a client, a fallback client."""
 
     def generate_stream(self, request: UnifiedRequest) -> AbstractAsyncContextManager[Any]: ...
+
+
+ToolDone = Callable[[ToolResult, str | None], None]
+"""Told how a call ended: its result and, when it failed, a short error type (the
+exception's class name, ``unknown_tool``, ``invalid_arguments`` or ``timeout``)."""
+
+
+class LoopObserver:
+    """Watches a tool loop from outside; the trace plugin makes spans of it. A plugin
+    gives one from :meth:`~cuca.CucaPlugin.observe_tools`. Each method returns a context
+    manager the loop holds open around that part, in the task that runs it: what it
+    makes current (a span) is current for the turns and tools inside, and an error
+    that ends that part passes through it. Every method defaults to doing nothing."""
+
+    def run(self) -> AbstractContextManager[object]:
+        """Around the whole loop."""
+        return nullcontext()
+
+    def step(self, number: int) -> AbstractContextManager[object]:
+        """Around step ``number`` (from 1): its turn, then its calls."""
+        return nullcontext()
+
+    def tool_call(self, call: ToolCall) -> AbstractContextManager[ToolDone | None]:
+        """Around one call; may give a function told how it ended."""
+        return nullcontext()
 
 
 class ToolLoopOptions(TypedDict, total=False):
@@ -231,17 +272,20 @@ class _Loop:
         self.responses: list[UnifiedResponse] = []
         self.error: CucaError | None = None
         self.complete = False
+        self.observers = _observers(client, self.conversation)
 
     async def run(self, send: trio.MemorySendChannel[Message]) -> None:
         async with send:
             try:
-                for number in range(1, self.max_steps + 1):
-                    await send.send((Step(number),))
-                    calls = await self._step(send)
-                    if not calls:
-                        self.complete = True
-                        return
-                    await self._run_calls(calls, send)
+                with self._watch(lambda o: o.run()):
+                    for number in range(1, self.max_steps + 1):
+                        await send.send((Step(number),))
+                        with self._watch(lambda o: o.step(number)):  # noqa: B023 (called at once)
+                            calls = await self._step(send)
+                            if not calls:
+                                self.complete = True
+                                return
+                            await self._run_calls(calls, send)
             except CucaError as exc:  # raised to the consumer once the channel is closed
                 self.error = exc
 
@@ -269,7 +313,12 @@ class _Loop:
 
         async def one(index: int, call: ToolCall) -> None:
             async with self.limiter:
-                results[index] = await self._result(call)
+                with ExitStack() as stack:
+                    done = [stack.enter_context(o.tool_call(call)) for o in self.observers]
+                    results[index], error_type = await self._result(call)
+                    for tell in done:
+                        if tell is not None:
+                            tell(results[index], error_type)
             await send.send((results[index],))
 
         async with trio.open_nursery() as nursery:
@@ -280,26 +329,54 @@ class _Loop:
                 call.id, result.output, is_error=result.is_error, name=call.name
             )
 
-    async def _result(self, call: ToolCall) -> ToolResult:
-        """The result of one call; every failure is an error result, never raised."""
+    @contextmanager
+    def _watch(
+        self, part: Callable[[LoopObserver], AbstractContextManager[object]]
+    ) -> Iterator[None]:
+        """Hold the observers' context managers of one part of the loop, in order."""
+        with ExitStack() as stack:
+            for observer in self.observers:
+                stack.enter_context(part(observer))
+            yield
+
+    async def _result(self, call: ToolCall) -> tuple[ToolResult, str | None]:
+        """The result of one call and, when it failed, the error's type; every failure
+        is an error result, never raised."""
         tool = self.tools.get(call.name)
         if tool is None:
-            return ToolResult(call.id, f"unknown tool: {call.name}", is_error=True)
+            return _failed(call, f"unknown tool: {call.name}", "unknown_tool")
         with trio.move_on_after(self.timeout) as scope:
             try:
-                return ToolResult(call.id, await tool.call(call.arguments))
+                return ToolResult(call.id, await tool.call(call.arguments)), None
             except ToolArgumentsError as exc:
-                return ToolResult(call.id, f"invalid arguments: {exc}", is_error=True)
+                return _failed(call, f"invalid arguments: {exc}", "invalid_arguments")
             except Exception as exc:  # a tool's failure is the model's to read
-                return ToolResult(call.id, self._describe(exc), is_error=True)
+                return _failed(call, self._describe(exc), type(exc).__name__)
         assert scope.cancelled_caught
-        return ToolResult(call.id, f"timed out after {self.timeout:g} s", is_error=True)
+        return _failed(call, f"timed out after {self.timeout:g} s", "timeout")
 
     def _describe(self, exc: Exception) -> str:
         if self.tracebacks:
             return "".join(traceback.format_exception(exc)).rstrip()
         text = str(exc)
         return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _failed(call: ToolCall, output: str, error_type: str) -> tuple[ToolResult, str]:
+    return ToolResult(call.id, output, is_error=True), error_type
+
+
+def _observers(client: TurnClient, request: UnifiedRequest) -> list[LoopObserver]:
+    """The loop observers of the client's plugins (a client without plugins has none),
+    given the request with the client's provider, as its turns will send it."""
+    plugins: Iterable[CucaPlugin] = getattr(client, "plugins", ())
+    if not plugins:
+        return []
+    provider = getattr(client, "provider", None)
+    if provider is not None:
+        request = attrs.evolve(request, provider=provider)
+    found = (plugin.observe_tools(request) for plugin in plugins)
+    return [observer for observer in found if observer is not None]
 
 
 def _by_name(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:

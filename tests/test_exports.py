@@ -75,6 +75,7 @@ CUCA = {
     "LlamaCppConfig",
     "LlamaRoute",
     "LocalModel",
+    "LoopObserver",
     "MessageRole",
     "OpenAiApi",
     "OpenAiConfig",

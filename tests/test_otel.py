@@ -6,13 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from support.transcripts import transcript
 
-from cuca import CucaClient, CucaError, ProviderEndpoint, RetryPolicy, UnifiedRequest
+from cuca import (
+    CucaClient,
+    CucaError,
+    ProviderEndpoint,
+    RetryPolicy,
+    Tool,
+    ToolResult,
+    UnifiedRequest,
+)
 from cuca.otel import FIRST_BLOCK_EVENT, OtelPlugin
 from cuca.testing import Reply, open_replay_server
 
@@ -150,3 +159,153 @@ async def test_otel_turn_span_is_a_child_of_the_current_span(
     assert outer.name == "handle request"
     assert turn.parent is not None
     assert turn.parent.span_id == parent.get_span_context().span_id
+
+
+async def test_otel_tool_loop_steps_and_tool_calls_are_child_spans(
+    exporter: InMemorySpanExporter, plugin: OtelPlugin
+) -> None:
+    """Step 1 calls two tools in parallel (the weather one raises), step 2 answers: the
+    trace shows the loop, each step with its turn and its calls, the failed call in error."""
+
+    async def weather(**arguments: Any) -> str:
+        raise LookupError(f"no station in {arguments['city']}")
+
+    async def stock(**arguments: Any) -> str:
+        return "189.5"
+
+    loop_tools = [
+        Tool("GetWeatherArgs", "Weather.", {"type": "object"}, weather),
+        Tool("get_stock_price", "Stock price.", {"type": "object"}, stock),
+    ]
+    request = UnifiedRequest.new("gpt-4o").add_user_message("Weather in Edinburgh, and AAPL?")
+    replies = [Reply(transcript("openai/parallel_tool_calls")), Reply(transcript("openai/text"))]
+    async with open_replay_server(replies) as server:
+        async with CucaClient(
+            ProviderEndpoint.OPENAI, base_url=server.url, api_key="k", plugins=[plugin]
+        ) as client:
+            async with client.run_tools(request, loop_tools) as stream:
+                async for _ in stream:
+                    pass
+    assert stream.complete
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans if s.context is not None}
+
+    def tree(parent: int | None) -> list[tuple[str, Any]]:
+        children = [s for s in spans if (s.parent.span_id if s.parent else None) == parent]
+        children.sort(key=lambda s: s.name)  # the calls run in parallel: no order in time
+        return [(s.name, tree(s.context.span_id) if s.context else []) for s in children]
+
+    (root,) = [s for s in spans if s.parent is None]
+    assert tree(None) == [
+        (
+            "invoke_agent",
+            [
+                (
+                    "step 1",
+                    [
+                        ("chat gpt-4o", []),
+                        ("execute_tool GetWeatherArgs", []),
+                        ("execute_tool get_stock_price", []),
+                    ],
+                ),
+                ("step 2", [("chat gpt-4o", [])]),
+            ],
+        )
+    ]
+    assert len(by_id) == 7
+    assert attributes(root) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-4o",
+    }
+    tool_spans = {s.name: s for s in spans if s.name.startswith("execute_tool")}
+    failed = tool_spans["execute_tool GetWeatherArgs"]
+    assert attributes(failed) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "GetWeatherArgs",
+        "gen_ai.tool.call.id": "call_JMW1whyEaYG438VE1OIflxA2",
+        "gen_ai.tool.type": "function",
+        "error.type": "LookupError",
+    }
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "LookupError: no station in Edinburgh"
+    succeeded = tool_spans["execute_tool get_stock_price"]
+    assert attributes(succeeded)["gen_ai.tool.call.id"] == "call_DNYTawLBoN8fj3KN6qU9N1Ou"
+    assert "error.type" not in attributes(succeeded)
+    assert succeeded.status.status_code is StatusCode.UNSET
+    steps = [s for s in spans if s.name.startswith("step")]
+    assert [attributes(s)["cuca.tool_loop.step"] for s in steps] == [1, 2]
+    assert all(s.status.status_code is StatusCode.UNSET for s in [*steps, root])
+    # the calls ran inside their step: after its turn ended, before the step ended
+    chat1 = next(s for s in spans if s.name.startswith("chat") and s.parent == steps[0].context)
+    for span in tool_spans.values():
+        assert chat1.end_time <= span.start_time and span.end_time <= steps[0].end_time  # type: ignore[operator]
+
+
+async def test_otel_tool_loop_failed_step_marks_the_step_and_the_loop(
+    exporter: InMemorySpanExporter, plugin: OtelPlugin
+) -> None:
+    """A step whose turn fails ends the loop with the error: the turn, its step and the
+    loop span are all in error, with the error's type."""
+
+    def echo(text: str) -> str:
+        return text
+
+    refused = Reply(b'{"error": {"message": "bad key"}}', status=401)
+    request = UnifiedRequest.new("gpt-4o").add_user_message("hi")
+    async with open_replay_server(refused) as server:
+        async with CucaClient(
+            ProviderEndpoint.OPENAI,
+            base_url=server.url,
+            api_key="k",
+            plugins=[plugin],
+            retry=RetryPolicy.never(),
+        ) as client:
+            with pytest.raises(CucaError) as raised:
+                async with client.run_tools(request, [echo]) as stream:
+                    async for _ in stream:
+                        pass
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert sorted(spans) == ["chat gpt-4o", "invoke_agent", "step 1"]
+    for span in spans.values():
+        assert span.status.status_code is StatusCode.ERROR
+        assert attributes(span)["error.type"] == type(raised.value).__name__
+
+
+async def test_otel_tool_loop_left_early_ends_every_span_without_error(
+    exporter: InMemorySpanExporter, plugin: OtelPlugin
+) -> None:
+    """Leaving the loop while a tool still runs cancels it: its span, the step's and the
+    loop's all end, none in error (the consumer chose to leave)."""
+
+    async def forever(**arguments: Any) -> str:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def stock(**arguments: Any) -> str:
+        return "189.5"
+
+    loop_tools = [
+        Tool("GetWeatherArgs", "Weather.", {"type": "object"}, forever),
+        Tool("get_stock_price", "Stock price.", {"type": "object"}, stock),
+    ]
+    request = UnifiedRequest.new("gpt-4o").add_user_message("Weather in Edinburgh, and AAPL?")
+    async with open_replay_server(Reply(transcript("openai/parallel_tool_calls"))) as server:
+        async with CucaClient(
+            ProviderEndpoint.OPENAI, base_url=server.url, api_key="k", plugins=[plugin]
+        ) as client:
+            async with client.run_tools(request, loop_tools) as stream:
+                async for item in stream:
+                    if isinstance(item, ToolResult):
+                        break  # the weather call still runs
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert sorted(spans) == [
+        "chat gpt-4o",
+        "execute_tool GetWeatherArgs",
+        "execute_tool get_stock_price",
+        "invoke_agent",
+        "step 1",
+    ]
+    for span in spans.values():
+        assert span.status.status_code is StatusCode.UNSET
+        assert "error.type" not in attributes(span)
