@@ -161,6 +161,21 @@ async def test_otel_turn_span_is_a_child_of_the_current_span(
     assert turn.parent.span_id == parent.get_span_context().span_id
 
 
+LOOP_REQUEST = UnifiedRequest.new("gpt-4o").add_user_message("Weather in Edinburgh, and AAPL?")
+
+
+async def stock(**arguments: Any) -> str:
+    return "189.5"
+
+
+def loop_tools(weather: Any) -> list[Tool]:
+    """The two tools of OpenAI's recorded parallel call (Edinburgh's weather, AAPL)."""
+    return [
+        Tool("GetWeatherArgs", "Weather.", {"type": "object"}, weather),
+        Tool("get_stock_price", "Stock price.", {"type": "object"}, stock),
+    ]
+
+
 async def test_otel_tool_loop_steps_and_tool_calls_are_child_spans(
     exporter: InMemorySpanExporter, plugin: OtelPlugin
 ) -> None:
@@ -170,20 +185,12 @@ async def test_otel_tool_loop_steps_and_tool_calls_are_child_spans(
     async def weather(**arguments: Any) -> str:
         raise LookupError(f"no station in {arguments['city']}")
 
-    async def stock(**arguments: Any) -> str:
-        return "189.5"
-
-    loop_tools = [
-        Tool("GetWeatherArgs", "Weather.", {"type": "object"}, weather),
-        Tool("get_stock_price", "Stock price.", {"type": "object"}, stock),
-    ]
-    request = UnifiedRequest.new("gpt-4o").add_user_message("Weather in Edinburgh, and AAPL?")
     replies = [Reply(transcript("openai/parallel_tool_calls")), Reply(transcript("openai/text"))]
     async with open_replay_server(replies) as server:
         async with CucaClient(
             ProviderEndpoint.OPENAI, base_url=server.url, api_key="k", plugins=[plugin]
         ) as client:
-            async with client.run_tools(request, loop_tools) as stream:
+            async with client.run_tools(LOOP_REQUEST, loop_tools(weather)) as stream:
                 async for _ in stream:
                     pass
     assert stream.complete
@@ -282,19 +289,11 @@ async def test_otel_tool_loop_left_early_ends_every_span_without_error(
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
-    async def stock(**arguments: Any) -> str:
-        return "189.5"
-
-    loop_tools = [
-        Tool("GetWeatherArgs", "Weather.", {"type": "object"}, forever),
-        Tool("get_stock_price", "Stock price.", {"type": "object"}, stock),
-    ]
-    request = UnifiedRequest.new("gpt-4o").add_user_message("Weather in Edinburgh, and AAPL?")
     async with open_replay_server(Reply(transcript("openai/parallel_tool_calls"))) as server:
         async with CucaClient(
             ProviderEndpoint.OPENAI, base_url=server.url, api_key="k", plugins=[plugin]
         ) as client:
-            async with client.run_tools(request, loop_tools) as stream:
+            async with client.run_tools(LOOP_REQUEST, loop_tools(forever)) as stream:
                 async for item in stream:
                     if isinstance(item, ToolResult):
                         break  # the weather call still runs
