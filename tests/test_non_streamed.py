@@ -178,11 +178,19 @@ async def test_non_streamed_turn_dropped_while_waiting_closes_the_connection() -
                 await server.wait_connections_closed()
 
 
-async def test_streamed_request_answered_with_one_json_document_says_so() -> None:
-    """A gateway that ignores ``stream: true`` and answers with a JSON completion: not
-    an empty turn, a ProviderError telling the user to send the turn non-streamed."""
+async def test_streamed_request_answered_with_json_is_decoded_whole() -> None:
+    """A gateway that ignores ``stream: true`` and says ``application/json``: the turn
+    is decoded as its non-streamed form, the same blocks as the stream would give."""
+    done, _ = await run(BY_NAME["openai"], Reply(whole("openai/text"), headers=JSON), True)
+    assert done.text == "I'm unable to provide real-time weather updates."
+
+
+async def test_streamed_request_answered_with_unlabelled_json_says_so() -> None:
+    """The same JSON labelled as an event stream: not an empty turn, a ProviderError
+    telling the user to send the turn non-streamed."""
+    sse = [("content-type", "text/event-stream")]
     with pytest.raises(ProviderError, match=r"use request.set_stream\(False\)"):
-        await run(BY_NAME["openai"], Reply(whole("openai/text"), headers=JSON), stream=True)
+        await run(BY_NAME["openai"], Reply(whole("openai/text"), headers=sse), stream=True)
 
 
 @pytest.mark.parametrize("target_name", ["openai", "anthropic", "gemini", "openai_responses"])
@@ -190,5 +198,6 @@ async def test_streamed_request_answered_with_a_json_error_shows_the_vendor_mess
     target_name: str,
 ) -> None:
     body = json.dumps({"error": {"message": "quota exhausted", "code": 429}}).encode()
-    with pytest.raises(ProviderError, match="quota exhausted"):
-        await run(BY_NAME[target_name], Reply(body, headers=JSON), stream=True)
+    for headers in (JSON, [("content-type", "text/event-stream")]):
+        with pytest.raises(ProviderError, match="quota exhausted"):
+            await run(BY_NAME[target_name], Reply(body, headers=headers), stream=True)
