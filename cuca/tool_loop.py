@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from ._nursery import background_nursery
-from .errors import ConfigurationError, CucaError
+from .errors import ConfigurationError, CucaError, ToolCallError
 from .plugins import CucaPlugin
 from .stream import merge_blocks
 from .tools import Tool, ToolArgumentsError, as_tool
@@ -198,13 +198,27 @@ class _StepStream:
     def __init__(self, stream: TurnStream) -> None:
         self.stream = stream
         self.blocks: list[Block] = []  # merged batch by batch: few objects held
+        self.malformed: dict[str, str] = {}  # call id -> the arguments as the model sent them
         self.error: BaseException | None = None
         self.ended = trio.Event()
 
     def keep(self, batch: Sequence[Block | CucaError]) -> None:
         """Keep ``batch``'s blocks for the assistant message, merged as they come (20,000
-        deltas held to the end would cost the garbage collector more than the merge)."""
-        blocks = [item for item in batch if not isinstance(item, CucaError)]
+        deltas held to the end would cost the garbage collector more than the merge).
+
+        A call whose arguments were not a JSON object (a :class:`~cuca.ToolCallError`
+        with an id and a name) stays in the message, with empty arguments, so that it
+        can be answered: the model reads an error result and may call again. Without
+        an id it cannot be answered and is left out.
+        """
+        blocks: list[Block] = []
+        for item in batch:
+            if isinstance(item, ToolCallError):
+                if item.tool_call_id is not None and item.name is not None:
+                    blocks.append(ToolCall(item.tool_call_id, item.name, {}))
+                    self.malformed[item.tool_call_id] = item.raw
+            elif not isinstance(item, CucaError):
+                blocks.append(item)
         self.blocks += merge_blocks(blocks)
 
     def end(self, end: BaseException) -> None:
@@ -270,6 +284,7 @@ class _Loop:
         self.limiter = trio.CapacityLimiter(max_concurrency)
         self.tracebacks = tracebacks
         self.responses: list[UnifiedResponse] = []
+        self.malformed: dict[str, str] = {}  # this step's calls whose arguments were not JSON
         self.error: CucaError | None = None
         self.complete = False
         self.observers = _observers(client, self.conversation)
@@ -300,6 +315,7 @@ class _Loop:
             raise step.error
         if stream.response is not None:
             self.responses.append(stream.response)
+        self.malformed = step.malformed
         message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(step.blocks))
         self.conversation = self.conversation.add_message(message)
         return [block for block in message.content if isinstance(block, ToolCall)]
@@ -345,6 +361,9 @@ class _Loop:
         tool = self.tools.get(call.name)
         if tool is None:
             return _failed(call, f"unknown tool: {call.name}", "unknown_tool")
+        if call.id in self.malformed:
+            raw = self.malformed[call.id]
+            return _failed(call, f"arguments are not a JSON object: {raw}", "invalid_arguments")
         with trio.move_on_after(self.timeout) as scope:
             try:
                 return ToolResult(call.id, await tool.call(call.arguments)), None

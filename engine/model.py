@@ -163,8 +163,9 @@ class LocalModel:
     ) -> LocalModel:
         """Load the GGUF model at ``path``.
 
-        ``n_ctx`` is the context of one conversation in tokens (prompt plus output;
-        llama.cpp rounds it up to a multiple of 256). ``n_seq`` is how many turns run
+        ``n_ctx`` is the context of one conversation in tokens (prompt plus output; a
+        multiple of 256, the steps llama.cpp sizes a context in: another value is refused
+        rather than silently changed). ``n_seq`` is how many turns run
         at once, each on its own sequence of ``n_ctx`` cells (default
         :func:`default_n_seq`); a sequence keeps its conversation's K/V after the turn,
         so up to ``n_seq`` conversations stay warm. ``state_budget`` is how many bytes

@@ -7,6 +7,7 @@ Step 1 is always OpenAI's recorded parallel call (``GetWeatherArgs`` for Edinbur
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,6 +27,7 @@ from cuca import (
     Text,
     Tool,
     ToolCall,
+    ToolCallError,
     ToolResult,
     UnifiedRequest,
 )
@@ -290,3 +292,58 @@ async def test_tool_loop_declares_each_tool_once() -> None:
         sent = server.requests[0].json()
     assert [t["function"]["description"] for t in sent["tools"]] == ["Declared already."]
     assert "".join(t.text for t in texts) == "I'm unable to provide real-time weather updates."
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    body = {"id": "c", "object": "chat.completion.chunk", "choices": [choice]}
+    return "data: " + json.dumps(body)
+
+
+_BAD_CALL = {
+    "index": 0,
+    "id": "call_bad",
+    "type": "function",
+    "function": {"name": "GetWeatherArgs", "arguments": "{city: Paris"},
+}
+MALFORMED_CALL = Reply(
+    "\n\n".join(
+        [
+            _chunk({"role": "assistant", "tool_calls": [_BAD_CALL]}),
+            _chunk({}, "tool_calls"),
+            "data: [DONE]",
+            "",
+        ]
+    ).encode()
+)
+
+
+async def test_tool_loop_answers_a_call_whose_arguments_are_not_json() -> None:
+    """A malformed call is shown to the caller as a ToolCallError, kept in the
+    conversation with empty arguments and answered with an error result, so the model
+    reads what went wrong and the follow-up request stays valid (every call answered)."""
+    ran: list[Any] = []
+
+    async def weather(**arguments: Any) -> str:
+        ran.append(arguments)
+        return "rain"
+
+    async with open_replay_server((MALFORMED_CALL, ANSWER)) as server:
+        async with CucaClient(ProviderEndpoint.OPENAI, base_url=server.url, api_key="k") as c:
+            items: list[Any] = []
+            async with c.run_tools(REQUEST, tools(weather, ok)) as stream:
+                async for item in stream:
+                    items.append(item)
+        follow_up = server.requests[1].json()
+    errors = [item for item in items if isinstance(item, ToolCallError)]
+    assert [(e.tool_call_id, e.name, e.raw) for e in errors] == [
+        ("call_bad", "GetWeatherArgs", "{city: Paris")
+    ]
+    assert results(items)["call_bad"] == ToolResult(
+        "call_bad", "arguments are not a JSON object: {city: Paris", is_error=True
+    )
+    assert ran == [] and stream.complete
+    assistant, answer = follow_up["messages"][1], follow_up["messages"][2]
+    assert assistant["tool_calls"][0]["id"] == "call_bad"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {}
+    assert answer["role"] == "tool" and answer["tool_call_id"] == "call_bad"
