@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cuca import ProviderEndpoint, ProviderError, ToolCall
+from cuca import ProviderEndpoint, ToolCall, ToolCallError
 from cuca.providers.anthropic_decode import AnthropicDecoder
 from cuca.providers.decoding import json_body, read_int, tool_arguments
 from cuca.providers.gemini_decode import GeminiDecoder
@@ -58,8 +58,9 @@ def test_decoding_malformed_arguments_are_the_same_error_for_openai_and_anthropi
     stop = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
     items = openai.feed(SseEvent(json.dumps(stop)))
     items += openai.feed(SseEvent("[DONE]")) + openai.close()
-    assert [type(i) for i in items] == [ProviderError]
+    assert [type(i) for i in items] == [ToolCallError]
     assert items[0].message == "malformed tool call: [1]"
+    assert (items[0].tool_call_id, items[0].name, items[0].raw) == ("c1", "f", "[1]")
 
     anthropic = AnthropicDecoder(ProviderEndpoint.ANTHROPIC, "anthropic")
     events = [
@@ -70,6 +71,7 @@ def test_decoding_malformed_arguments_are_the_same_error_for_openai_and_anthropi
         {"type": "content_block_stop", "index": 0},
     ]
     out = [item for e in events for item in anthropic.feed(SseEvent(json.dumps(e), e["type"]))]
-    assert [type(i) for i in out] == [ProviderError]
+    assert [type(i) for i in out] == [ToolCallError]
     assert out[0].message == "malformed tool call: [1]"
+    assert (out[0].tool_call_id, out[0].name, out[0].raw) == ("t1", "f", "[1]")
     assert not any(isinstance(i, ToolCall) for i in out)
