@@ -252,6 +252,7 @@ async def run_openai_responses(url: str) -> int:
 
 async def run_litellm(url: str) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price fetch from GitHub
     import litellm
 
     litellm.telemetry = False
