@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import attrs
+import msgspec
 
 from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
@@ -38,8 +39,8 @@ from cuca.types import (
     TurnSummary,
 )
 
-from .base import Item, StreamDecoder, guarded_feed, loads_json
-from .decoding import read_int, tool_arguments
+from .base import Item, StreamDecoder, guarded_feed
+from .decoding import decode_frame, tool_arguments
 
 __all__ = ["AnthropicDecoder"]
 
@@ -51,6 +52,66 @@ USAGE_KEYS = (
 )
 
 
+# -- the events' shape (wire.md section 8) ---------------------------------------------
+
+
+class _ContentBlock(msgspec.Struct):
+    """``content_block_start.content_block``: text, thinking, redacted_thinking, tool_use."""
+
+    type: str = ""
+    id: str = ""
+    name: str = ""
+    input: dict[str, Any] | None = None
+    text: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str = ""  # redacted_thinking
+
+
+class _Delta(msgspec.Struct):
+    """``content_block_delta.delta`` (text, thinking, signature or input JSON), or
+    ``message_delta.delta`` (the stop reason)."""
+
+    type: str | None = None
+    text: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    partial_json: str | None = None
+    stop_reason: str | None = None
+
+
+class _OutputDetails(msgspec.Struct):
+    thinking_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    """Running totals: a count that is present replaces the earlier one."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    output_tokens_details: _OutputDetails | None = None
+
+
+class _Message(msgspec.Struct):
+    usage: _Usage | None = None
+
+
+class _Event(msgspec.Struct):
+    """One event; ``type`` (or the SSE event name) says which other fields it uses."""
+
+    type: str | None = None
+    index: int | None = 0
+    message: _Message | None = None  # message_start
+    content_block: _ContentBlock | None = None  # content_block_start
+    delta: _Delta | None = None  # content_block_delta, message_delta
+    usage: _Usage | None = None  # message_delta
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+
+
 @attrs.define
 class _OpenBlock:
     """A content block between its start and stop events."""
@@ -59,11 +120,11 @@ class _OpenBlock:
     id: str = ""
     name: str = ""
     fragments: list[str] = attrs.Factory(list)
-    initial_input: Any = None
+    initial_input: dict[str, Any] | None = None
     signature: str | None = None
 
 
-_Handler = Callable[["AnthropicDecoder", dict[str, Any]], list[Item]]
+_Handler = Callable[["AnthropicDecoder", _Event], list[Item]]
 
 
 class AnthropicDecoder(StreamDecoder):
@@ -85,12 +146,10 @@ class AnthropicDecoder(StreamDecoder):
             return []
         if event.event == "error" and not event.data.lstrip().startswith("{"):
             raise ProviderError(self.provider, event.data[:500])
-        payload = loads_json(event.data, self.provider)
-        if not isinstance(payload, dict):
-            raise ProviderError(self.provider, f"unexpected frame: {event.data[:200]}")
-        kind = payload.get("type") or event.event
+        payload = decode_frame(_EVENT, event.data, self.provider)
+        kind = payload.type or event.event
         if kind == "error" or event.event == "error":
-            raise ProviderError(self.provider, _error_text(payload))
+            raise ProviderError(self.provider, _error_text(json.loads(event.data)))
         handler = self._handlers.get(kind)
         return handler(self, payload) if handler is not None else []
 
@@ -116,48 +175,45 @@ class AnthropicDecoder(StreamDecoder):
 
     # -- events ------------------------------------------------------------------------
 
-    def _message_start(self, payload: dict[str, Any]) -> list[Item]:
-        message = payload.get("message")
-        if isinstance(message, dict):
-            self._take_usage(message.get("usage"))
+    def _message_start(self, payload: _Event) -> list[Item]:
+        if payload.message is not None:
+            self._take_usage(payload.message.usage)
         return []
 
-    def _block_start(self, payload: dict[str, Any]) -> list[Item]:
-        block = payload.get("content_block")
-        if not isinstance(block, dict):
+    def _block_start(self, payload: _Event) -> list[Item]:
+        block = payload.content_block
+        if block is None:
             return []
-        kind = str(block.get("type", ""))
-        opened = _OpenBlock(kind, str(block.get("id", "")), str(block.get("name", "")))
-        opened.initial_input = block.get("input")
-        opened.signature = block.get("signature") or None
-        self._open[_index(payload)] = opened
-        if kind == "redacted_thinking":
-            data = str(block.get("data", ""))
-            return [Thinking("", signature=data, provider=self.endpoint, redacted=True)]
-        if kind == "text":
-            return self._text(block.get("text"))
-        if kind == "thinking":
-            return self._thinking(block.get("thinking"))
+        opened = _OpenBlock(block.type, block.id, block.name)
+        opened.initial_input = block.input
+        opened.signature = block.signature or None
+        self._open[payload.index or 0] = opened
+        if block.type == "redacted_thinking":
+            return [Thinking("", signature=block.data, provider=self.endpoint, redacted=True)]
+        if block.type == "text":
+            return self._text(block.text)
+        if block.type == "thinking":
+            return self._thinking(block.thinking)
         return []
 
-    def _block_delta(self, payload: dict[str, Any]) -> list[Item]:
-        delta = payload.get("delta")
-        opened = self._open.get(_index(payload))
-        if not isinstance(delta, dict) or opened is None:
+    def _block_delta(self, payload: _Event) -> list[Item]:
+        delta = payload.delta
+        opened = self._open.get(payload.index or 0)
+        if delta is None or opened is None:
             return []
-        kind = delta.get("type")
+        kind = delta.type
         if kind == "text_delta":
-            return self._text(delta.get("text"))
+            return self._text(delta.text)
         if kind == "thinking_delta":
-            return self._thinking(delta.get("thinking"))
+            return self._thinking(delta.thinking)
         if kind == "signature_delta":
-            opened.signature = str(delta.get("signature") or "") or None
+            opened.signature = delta.signature or None
         elif kind == "input_json_delta":
-            opened.fragments.append(str(delta.get("partial_json") or ""))
+            opened.fragments.append(delta.partial_json or "")
         return []
 
-    def _block_stop(self, payload: dict[str, Any]) -> list[Item]:
-        opened = self._open.pop(_index(payload), None)
+    def _block_stop(self, payload: _Event) -> list[Item]:
+        opened = self._open.pop(payload.index or 0, None)
         if opened is None:
             return []
         if opened.kind == "thinking" and opened.signature:
@@ -166,14 +222,13 @@ class AnthropicDecoder(StreamDecoder):
             return [self._tool_call(opened)]
         return []
 
-    def _message_delta(self, payload: dict[str, Any]) -> list[Item]:
-        delta = payload.get("delta")
-        if isinstance(delta, dict) and delta.get("stop_reason"):
-            self._stop_reason = str(delta["stop_reason"])
-        self._take_usage(payload.get("usage"))
+    def _message_delta(self, payload: _Event) -> list[Item]:
+        if payload.delta is not None and payload.delta.stop_reason:
+            self._stop_reason = payload.delta.stop_reason
+        self._take_usage(payload.usage)
         return []
 
-    def _message_stop(self, payload: dict[str, Any]) -> list[Item]:
+    def _message_stop(self, payload: _Event) -> list[Item]:
         self.finished = True
         return []
 
@@ -188,19 +243,16 @@ class AnthropicDecoder(StreamDecoder):
 
     # -- pieces ------------------------------------------------------------------------
 
-    def _text(self, text: Any) -> list[Item]:
-        return [Text(text)] if isinstance(text, str) and text else []
+    def _text(self, text: str | None) -> list[Item]:
+        return [Text(text)] if text else []
 
-    def _thinking(self, text: Any) -> list[Item]:
-        if isinstance(text, str) and text:
-            return [Thinking(text, provider=self.endpoint)]
-        return []
+    def _thinking(self, text: str | None) -> list[Item]:
+        return [Thinking(text, provider=self.endpoint)] if text else []
 
     def _tool_call(self, opened: _OpenBlock) -> Item:
         raw = "".join(opened.fragments)
         if not raw.strip():
-            arguments = opened.initial_input if isinstance(opened.initial_input, dict) else {}
-            return ToolCall(opened.id, opened.name, arguments)
+            return ToolCall(opened.id, opened.name, opened.initial_input or {})
         parsed = tool_arguments(raw)
         if parsed is None:
             return ToolCallError(
@@ -212,26 +264,21 @@ class AnthropicDecoder(StreamDecoder):
             )
         return ToolCall(opened.id, opened.name, parsed)
 
-    def _take_usage(self, usage: Any) -> None:
+    def _take_usage(self, usage: _Usage | None) -> None:
         """Usage counts are running totals: a later value replaces an earlier one."""
-        if not isinstance(usage, dict):
+        if usage is None:
             return
         for key in USAGE_KEYS:
-            value = read_int(usage.get(key))
+            value = getattr(usage, key)
             if value is not None:
                 self._usage[key] = value
-        details = usage.get("output_tokens_details")
-        thinking = read_int(details.get("thinking_tokens")) if isinstance(details, dict) else None
-        if thinking is not None:
-            self._reasoning_tokens = thinking
+        details = usage.output_tokens_details
+        if details is not None and details.thinking_tokens is not None:
+            self._reasoning_tokens = details.thinking_tokens
 
 
-def _index(payload: dict[str, Any]) -> int:
-    return read_int(payload.get("index", 0)) or 0
-
-
-def _error_text(payload: dict[str, Any]) -> str:
-    error = payload.get("error")
+def _error_text(payload: Any) -> str:
+    error = payload.get("error") if isinstance(payload, dict) else None
     if not isinstance(error, dict):
         return json.dumps(payload)[:500]
     message = str(error.get("message") or "unknown error")

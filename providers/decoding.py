@@ -3,19 +3,74 @@
 Vendor JSON is untrusted: a count may arrive as ``true`` or ``"12"``, tool-call
 arguments as any text, an error body as anything. Each helper has one behaviour for
 every adapter, so that the same bytes mean the same thing whoever decodes them.
+
+Stream frames are decoded by :func:`decode_frame` straight into the ``msgspec`` structs
+each decoder declares for its vendor's shapes (C speed, unknown fields ignored). One
+rule covers a value of the wrong type anywhere in a frame, for every vendor: it counts
+as absent, as if the vendor had not sent it (a ``true`` token count is no count, a
+choice that is a number is no choice). Only a frame that is not the expected JSON
+object at all is a ``ProviderError``, and text that is not JSON a ``JsonError``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, TypeVar
 
-__all__ = ["json_body", "read_int", "tool_arguments"]
+import msgspec
+
+from cuca.errors import JsonError, ProviderError
+
+__all__ = ["decode_frame", "json_body", "tool_arguments"]
+
+T = TypeVar("T")
+
+_WHERE = re.compile(r" - at `\$((?:\.\w+|\[\d+\])+)`$")
+_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
 
 
-def read_int(value: Any) -> int | None:
-    """``value`` if it is an integer, else ``None``: a JSON ``true`` is not a count."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def decode_frame(decoder: msgspec.json.Decoder[T], data: str, provider: str) -> T:
+    """One frame as the struct ``decoder`` makes: :class:`~cuca.errors.JsonError` for text
+    that is not JSON, the struct without its wrongly typed values otherwise (see the
+    module docstring), :class:`~cuca.errors.ProviderError` when nothing of it fits."""
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError:
+        pass  # JSON, but not all of the declared types: the slow path below
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: hostile depth
+        raise _not_json(data, provider) from exc
+    try:
+        value = msgspec.json.decode(data)
+    except RecursionError as exc:  # a wrongly typed key cut the typed decoding short
+        raise _not_json(data, provider) from exc
+    while True:
+        try:
+            return msgspec.convert(value, decoder.type)  # type: ignore[no-any-return]
+        except msgspec.ValidationError as exc:
+            if not _drop(value, str(exc)):
+                message = f"unexpected frame ({exc}): {data[:200]}"
+                raise ProviderError(provider, message) from None
+
+
+def _not_json(data: str, provider: str) -> JsonError:
+    return JsonError(f"{provider} sent a frame that is not JSON: {data[:200]!r}")
+
+
+def _drop(value: Any, error: str) -> bool:
+    """Remove the value a ``msgspec`` validation error points at (a key, or a list
+    element) from ``value``; ``False`` when it points at the frame itself."""
+    where = _WHERE.search(error)
+    if where is None:
+        return False
+    steps = [key if key else int(index) for key, index in _STEP.findall(where.group(1))]
+    try:
+        for step in steps[:-1]:
+            value = value[step]
+        del value[steps[-1]]
+    except (LookupError, TypeError):  # not a path into this value: nothing to drop
+        return False
+    return True
 
 
 def tool_arguments(raw: str) -> dict[str, Any] | None:

@@ -24,6 +24,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
@@ -37,14 +39,67 @@ from cuca.types import (
     new_call_id,
 )
 
-from .base import Item, StreamDecoder, guarded_feed, loads_json
-from .decoding import json_body, read_int
+from .base import Item, StreamDecoder, guarded_feed
+from .decoding import decode_frame, json_body
 
 __all__ = ["SYNTHETIC_ID", "GeminiDecoder", "new_call_id"]
 
 GEMINI = ProviderEndpoint.GOOGLE_GEMINI
 SYNTHETIC_ID = r"call_[0-9a-f]{16}"
 """The shape of the ids cuca gives function calls that arrived without one."""
+
+
+# -- the chunk's shape (wire.md section 9), field names in camelCase on the wire ------
+
+
+class _Shape(msgspec.Struct, rename="camel"):
+    pass
+
+
+class _FunctionCall(_Shape):
+    id: str | None = None
+    name: str | None = None
+    args: Any = msgspec.UNSET  # an object; anything else is shown in the error
+
+
+class _Part(_Shape):
+    text: str | None = None
+    thought: bool = False
+    thought_signature: str | None = None
+    function_call: _FunctionCall | None = None
+
+
+class _Content(_Shape):
+    parts: list[_Part] | None = None
+
+
+class _Candidate(_Shape):
+    content: _Content | None = None
+    finish_reason: str | None = None
+
+
+class _Feedback(_Shape):
+    block_reason: str | None = None
+
+
+class _UsageMetadata(_Shape):
+    prompt_token_count: int | None = None
+    candidates_token_count: int | None = None
+    thoughts_token_count: int | None = None
+    tool_use_prompt_token_count: int | None = None
+    cached_content_token_count: int | None = None
+
+
+class _Response(_Shape):
+    """A ``GenerateContentResponse``, or the error object in its place."""
+
+    candidates: list[_Candidate] | None = None
+    usage_metadata: _UsageMetadata | None = None
+    prompt_feedback: _Feedback | None = None
+    error: Any = msgspec.UNSET
+
+
+_RESPONSE = msgspec.json.Decoder(_Response | list[_Response])
 
 
 class GeminiDecoder(StreamDecoder):
@@ -55,34 +110,31 @@ class GeminiDecoder(StreamDecoder):
         self.finished = False  # never set: Gemini has no end marker, the body ends
         self._new_id = new_id
         self._finish_reason: str | None = None
-        self._usage: dict[str, Any] | None = None
+        self._usage: _UsageMetadata | None = None
 
     @guarded_feed("gemini")
     def feed(self, event: SseEvent) -> list[Item]:
         if event.event == "error":
             raise ProviderError("gemini", _raw_error_text(event.data))
-        payload = loads_json(event.data, "gemini")
-        if isinstance(payload, list) and payload:
+        payload = decode_frame(_RESPONSE, event.data, "gemini")
+        if isinstance(payload, list):
+            if not payload:
+                raise ProviderError("gemini", f"unexpected frame: {event.data[:200]}")
             payload = payload[0]
-        if not isinstance(payload, dict):
-            raise ProviderError("gemini", f"unexpected frame: {event.data[:200]}")
-        if "error" in payload:
-            raise ProviderError("gemini", _error_text(payload, event.data))
-        usage = payload.get("usageMetadata")
-        if isinstance(usage, dict):
-            self._usage = usage
-        feedback = payload.get("promptFeedback")
-        if isinstance(feedback, dict) and feedback.get("blockReason"):
-            self._finish_reason = str(feedback["blockReason"])
-        candidates = payload.get("candidates")
-        if not isinstance(candidates, list) or not candidates:
+        if payload.error is not msgspec.UNSET:
+            raise ProviderError("gemini", _error_text(payload.error, event.data))
+        if payload.usage_metadata is not None:
+            self._usage = payload.usage_metadata
+        feedback = payload.prompt_feedback
+        if feedback is not None and feedback.block_reason:
+            self._finish_reason = feedback.block_reason
+        if not payload.candidates:
             return []
-        candidate = candidates[0]
-        if not isinstance(candidate, dict):
-            return []
-        items = self._parts(candidate.get("content"))
-        if candidate.get("finishReason"):
-            self._finish_reason = str(candidate["finishReason"])
+        candidate = payload.candidates[0]
+        content = candidate.content
+        items = self._parts(content.parts) if content is not None and content.parts else []
+        if candidate.finish_reason:
+            self._finish_reason = candidate.finish_reason
         return items
 
     def close(self) -> list[Item]:
@@ -94,72 +146,59 @@ class GeminiDecoder(StreamDecoder):
         usage = self._usage
         if usage is None:
             return TurnSummary(finish_reason=self._finish_reason)
-        thoughts = _count(usage, "thoughtsTokenCount")
+        thoughts = usage.thoughts_token_count
         tokens = TokenUsage(
             # tool-use prompt tokens are billed as input but counted apart
-            prompt_tokens=(_count(usage, "promptTokenCount") or 0)
-            + (_count(usage, "toolUsePromptTokenCount") or 0),
-            completion_tokens=(_count(usage, "candidatesTokenCount") or 0) + (thoughts or 0),
+            prompt_tokens=(usage.prompt_token_count or 0)
+            + (usage.tool_use_prompt_token_count or 0),
+            completion_tokens=(usage.candidates_token_count or 0) + (thoughts or 0),
             reasoning_tokens=thoughts,
         )
-        cached = _count(usage, "cachedContentTokenCount")
+        cached = usage.cached_content_token_count
         cache = PromptCacheUsage(read_tokens=cached) if cached is not None else None
         return TurnSummary(tokens, cache, self._finish_reason)
 
-    def _parts(self, content: Any) -> list[Item]:
-        parts = content.get("parts") if isinstance(content, dict) else None
-        if not isinstance(parts, list):
-            return []
-        return [item for part in parts if isinstance(part, dict) for item in self._part(part)]
+    def _parts(self, parts: list[_Part]) -> list[Item]:
+        return [item for part in parts for item in self._part(part)]
 
-    def _part(self, part: dict[str, Any]) -> list[Item]:
-        signature = part.get("thoughtSignature") or None
-        if not isinstance(signature, str):
-            signature = None
-        if "functionCall" in part:
-            return [_call(part["functionCall"], signature, self._new_id)]
-        text = part.get("text")
-        text = text if isinstance(text, str) else ""
+    def _part(self, part: _Part) -> list[Item]:
+        signature = part.thought_signature or None
+        if part.function_call is not None:
+            return [_call(part.function_call, signature, self._new_id)]
+        text = part.text or ""
         if not text and signature is None:
             return []
-        if part.get("thought"):
+        if part.thought:
             return [Thinking(text, signature=signature, provider=GEMINI)]
         return [Text(text, signature=signature, provider=GEMINI if signature else None)]
 
 
-def _call(call: Any, signature: str | None, new_id: Callable[[], str]) -> Item:
-    fields = call if isinstance(call, dict) else {}
-    call_id = fields.get("id")
-    if not isinstance(call_id, str) or not call_id:
-        call_id = new_id()
-    name = fields.get("name")
-    arguments = fields.get("args")
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict) or not isinstance(name, str):
-        raw = json.dumps(call)
+def _call(call: _FunctionCall, signature: str | None, new_id: Callable[[], str]) -> Item:
+    call_id = call.id or new_id()
+    arguments = {} if call.args is msgspec.UNSET or call.args is None else call.args
+    if not isinstance(arguments, dict) or call.name is None:
+        shown = {"name": call.name} if call.name is not None else {}
+        if call.args is not msgspec.UNSET:
+            shown["args"] = call.args
+        raw = json.dumps(shown)
         return ToolCallError(
             "gemini",
             f"malformed tool call: {raw}",
             tool_call_id=call_id,
-            name=name if isinstance(name, str) else None,
-            raw=json.dumps(fields.get("args")) if "args" in fields else raw,
+            name=call.name,
+            raw=json.dumps(call.args) if call.args is not msgspec.UNSET else raw,
         )
-    return ToolCall(call_id, name, arguments, signature=signature, provider=GEMINI)
-
-
-def _count(usage: dict[str, Any], key: str) -> int | None:
-    return read_int(usage.get(key))
+    return ToolCall(call_id, call.name, arguments, signature=signature, provider=GEMINI)
 
 
 def _raw_error_text(raw: str) -> str:
     """The message of the raw JSON object the framer found outside SSE framing."""
     payload = json_body(raw)
-    return _error_text(payload if isinstance(payload, dict) else {}, raw)
+    return _error_text(payload.get("error") if isinstance(payload, dict) else None, raw)
 
 
-def _error_text(payload: dict[str, Any], raw: str) -> str:
-    error = payload.get("error")
+def _error_text(error: Any, raw: str) -> str:
+    """``status: message`` of a Gemini error object (``{"code", "message", "status"}``)."""
     if not isinstance(error, dict):
         return f"unexpected text outside SSE framing: {raw[:200]}"
     message = str(error.get("message") or "unknown error")

@@ -13,6 +13,7 @@ import enum
 from typing import Any
 
 import attrs
+import msgspec
 
 from cuca.errors import ConfigurationError, ProviderError
 from cuca.stages.sse import SseEvent
@@ -32,8 +33,8 @@ from .base import (
     ProviderAdapter,
     StreamDecoder,
     guarded_feed,
-    loads_json,
 )
+from .decoding import decode_frame
 from .openai_compat import Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_config import OpenAiApi, OpenAiConfig
 from .openai_decode import chat_error_message, error_text
@@ -180,6 +181,19 @@ class LlamaCompletionAdapter(ProviderAdapter):
 _STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
 
 
+class _CompletionFrame(msgspec.Struct):
+    """A ``/completion`` stream frame (wire.md section 7): text, or the final
+    ``stop: true`` frame, or an error."""
+
+    content: str | None = None
+    stop: bool = False
+    stop_type: str | None = None
+    error: Any = None
+
+
+_FRAME = msgspec.json.Decoder(_CompletionFrame)
+
+
 class CompletionDecoder(StreamDecoder):
     """Turns ``/completion`` frames into Text blocks.
 
@@ -200,20 +214,17 @@ class CompletionDecoder(StreamDecoder):
         data = event.data
         if not data:
             return []
-        frame = loads_json(data, _PROVIDER)
-        if not isinstance(frame, dict):
-            raise ProviderError(_PROVIDER, f"malformed frame: {data[:200]}")
-        if frame.get("error"):
-            raise ProviderError(_PROVIDER, error_text(frame["error"]))
-        if frame.get("stop"):
+        frame = decode_frame(_FRAME, data, _PROVIDER)
+        if frame.error:
+            raise ProviderError(_PROVIDER, error_text(frame.error))
+        if frame.stop:
             self.finished = True
-            self._finish_reason = _STOP_TYPES.get(str(frame.get("stop_type")), "stop")
+            self._finish_reason = _STOP_TYPES.get(str(frame.stop_type), "stop")
             return []
-        content = frame.get("content")
-        if not content or not isinstance(content, str):
+        if not frame.content:
             return []
         self.text_blocks += 1
-        return [Text(content)]
+        return [Text(frame.content)]
 
     def close(self) -> list[Item]:
         return []

@@ -19,6 +19,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
@@ -31,9 +33,8 @@ from cuca.types import (
     TurnSummary,
 )
 
-from .base import Item, StreamDecoder, guarded_feed, loads_json
-from .decoding import json_body, tool_arguments
-from .decoding import read_int as _int
+from .base import Item, StreamDecoder, guarded_feed
+from .decoding import decode_frame, json_body, tool_arguments
 
 __all__ = ["ChatCompletionsDecoder", "chat_error_message", "error_text"]
 
@@ -70,6 +71,63 @@ def chat_error_message(body: str) -> str | None:
 # -- response ------------------------------------------------------------------------
 
 
+# -- the chunk's shape (wire.md 1.2, 2, 3, 4, 6, 11) -----------------------------------
+
+
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None  # an object from servers that parse it
+
+
+class _CallFragment(msgspec.Struct):
+    index: int | None = None  # absent on old Ollama: one call at a time
+    id: str | None = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None  # DeepSeek, llama.cpp, LM Studio, older vLLM
+    reasoning: str | None = None  # vLLM, LM Studio for gpt-oss
+    tool_calls: list[_CallFragment] | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int | None = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _TokenDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None  # completion_tokens_details
+    cached_tokens: int | None = None  # prompt_tokens_details
+    cache_write_tokens: int | None = None  # prompt_tokens_details
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_cache_hit_tokens: int | None = None  # DeepSeek
+    prompt_tokens_details: _TokenDetails | None = None
+    completion_tokens_details: _TokenDetails | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """A ``chat.completion.chunk``: choices and usage, or an error object or string."""
+
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_CHUNK = msgspec.json.Decoder(_Chunk)
+_NO_USAGE = _Usage()
+_NO_DETAILS = _TokenDetails()
+
+
+# -- response ------------------------------------------------------------------------
+
+
 class _PendingCall:
     __slots__ = ("args", "id", "name")
 
@@ -77,10 +135,6 @@ class _PendingCall:
         self.id = ""
         self.name = ""
         self.args: list[str] = []
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _endpoint(provider: str) -> ProviderEndpoint:
@@ -116,67 +170,58 @@ class ChatCompletionsDecoder(StreamDecoder):
         if data.startswith("[DONE]"):
             self.finished = True
             return self._flush_calls()
-        frame = loads_json(data, self.provider)
-        if not isinstance(frame, dict):
-            raise ProviderError(self.provider, f"unexpected frame: {data[:200]}")
-        if frame.get("error"):
-            raise ProviderError(self.provider, error_text(frame["error"]))
+        chunk = decode_frame(_CHUNK, data, self.provider)
+        if chunk.error:
+            raise ProviderError(self.provider, error_text(chunk.error))
         items: list[Item] = []
-        choices = frame.get("choices")
-        if choices:
-            for choice in choices:
-                self._choice(choice, items)
-        usage = frame.get("usage")
-        if usage:
-            self._read_usage(usage)
+        if chunk.choices:
+            for choice in chunk.choices:
+                if choice.index == 0:
+                    self._choice(choice, items)
+        if chunk.usage is not None and chunk.usage != _NO_USAGE:
+            self._read_usage(chunk.usage)
         return items
 
-    def _choice(self, choice: Any, items: list[Item]) -> None:
-        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            return
-        delta = choice.get("delta")
-        if delta:
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning and isinstance(reasoning, str):
+    def _choice(self, choice: _Choice, items: list[Item]) -> None:
+        delta = choice.delta
+        if delta is not None:
+            reasoning = delta.reasoning_content or delta.reasoning
+            if reasoning:
                 items.append(Thinking(reasoning, provider=self.endpoint))
-            content = delta.get("content")
-            if content and isinstance(content, str):
-                items.append(Text(content))
-            calls = delta.get("tool_calls")
-            if calls:
-                for call in calls:
+            if delta.content:
+                items.append(Text(delta.content))
+            if delta.tool_calls:
+                for call in delta.tool_calls:
                     self._merge(call)
-        reason = choice.get("finish_reason")
-        if reason:
-            self._finish_reason = str(reason)
+        if choice.finish_reason:
+            self._finish_reason = choice.finish_reason
             items.extend(self._flush_calls())
 
-    def _merge(self, fragment: Any) -> None:
-        if not isinstance(fragment, dict):
-            return
-        index = _int(fragment.get("index"))
+    def _merge(self, fragment: _CallFragment) -> None:
+        index = fragment.index
         if index is None:  # a server that omits the index (old Ollama): one call at a time
-            index = self._implicit_index(fragment)
+            index = self._implicit_index(fragment.id)
         pending = self._calls.get(index)
         if pending is None:
             pending = self._calls[index] = _PendingCall()
-        if fragment.get("id") and not pending.id:
-            pending.id = str(fragment["id"])
-        function = _dict(fragment.get("function"))
-        if function.get("name") and not pending.name:
-            pending.name = str(function["name"])
-        args = function.get("arguments")
+        if fragment.id and not pending.id:
+            pending.id = fragment.id
+        function = fragment.function
+        if function is None:
+            return
+        if function.name and not pending.name:
+            pending.name = function.name
+        args = function.arguments
         if isinstance(args, str):
             if args:
                 pending.args.append(args)
-        elif isinstance(args, dict):
+        elif args is not None:
             pending.args = [json.dumps(args)]
 
-    def _implicit_index(self, fragment: Mapping[str, Any]) -> int:
+    def _implicit_index(self, new_id: str | None) -> int:
         if not self._calls:
             return 0
         last = max(self._calls)
-        new_id = fragment.get("id")
         return last + 1 if new_id and new_id != self._calls[last].id else last
 
     def _flush_calls(self) -> list[Item]:
@@ -203,20 +248,16 @@ class ChatCompletionsDecoder(StreamDecoder):
             )
         return ToolCall(call_id, pending.name, arguments)
 
-    def _read_usage(self, usage: Any) -> None:
-        if not isinstance(usage, dict):
-            return
-        reasoning = _int(_dict(usage.get("completion_tokens_details")).get("reasoning_tokens"))
+    def _read_usage(self, usage: _Usage) -> None:
+        completion = usage.completion_tokens_details or _NO_DETAILS
         self._usage = TokenUsage(
-            _int(usage.get("prompt_tokens")) or 0,
-            _int(usage.get("completion_tokens")) or 0,
-            reasoning,
+            usage.prompt_tokens or 0, usage.completion_tokens or 0, completion.reasoning_tokens
         )
-        details = _dict(usage.get("prompt_tokens_details"))
-        read = _int(usage.get("prompt_cache_hit_tokens"))
+        details = usage.prompt_tokens_details or _NO_DETAILS
+        read = usage.prompt_cache_hit_tokens
         if read is None:
-            read = _int(details.get("cached_tokens"))
-        write = _int(details.get("cache_write_tokens"))
+            read = details.cached_tokens
+        write = details.cache_write_tokens
         if read is not None or write is not None:
             self._cache = PromptCacheUsage(read or 0, write or 0)
 

@@ -20,8 +20,11 @@ Every frame is a JSON object whose ``type`` names the event (field names from th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
+
+import msgspec
 
 from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
@@ -35,10 +38,9 @@ from cuca.types import (
     TurnSummary,
 )
 
-from .base import Item, StreamDecoder, guarded_feed, loads_json
-from .decoding import read_int as _int
-from .decoding import tool_arguments
-from .openai_decode import _dict, error_text
+from .base import Item, StreamDecoder, guarded_feed
+from .decoding import decode_frame, tool_arguments
+from .openai_decode import error_text
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
 
@@ -46,18 +48,70 @@ INCOMPLETE_REASONS: Mapping[str, str] = {"max_output_tokens": "length"}
 """``incomplete_details.reason`` values renamed to the unified finish reason."""
 
 
-def read_usage(usage: Any) -> tuple[TokenUsage | None, PromptCacheUsage | None]:
+# -- the event's shape (field names from the openai package's types/responses/) -------
+
+
+class _OutputItem(msgspec.Struct):
+    """An item of ``response.output_item.added`` / ``.done``: a ``function_call``, a
+    ``reasoning`` item or a ``message``."""
+
+    type: str | None = None
+    id: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    encrypted_content: str | None = None
+
+
+class _TokenDetails(msgspec.Struct):
+    cached_tokens: int | None = None  # input_tokens_details
+    cache_write_tokens: int | None = None  # input_tokens_details
+    reasoning_tokens: int | None = None  # output_tokens_details
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    input_tokens_details: _TokenDetails | None = None
+    output_tokens_details: _TokenDetails | None = None
+
+
+class _Incomplete(msgspec.Struct):
+    reason: str | None = None
+
+
+class _Response(msgspec.Struct):
+    usage: _Usage | None = None
+    incomplete_details: _Incomplete | None = None
+    error: Any = None
+
+
+class _Event(msgspec.Struct):
+    """One stream event; ``type`` says which of the other fields it uses."""
+
+    type: str | None = None
+    delta: str | None = None
+    item: _OutputItem | None = None
+    item_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    response: _Response | None = None
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+_NO_DETAILS = _TokenDetails()
+
+
+def read_usage(usage: _Usage | None) -> tuple[TokenUsage | None, PromptCacheUsage | None]:
     """Token and cache usage from a Responses ``usage`` object (``input_tokens``,
     ``input_tokens_details.cached_tokens``, ``output_tokens``,
     ``output_tokens_details.reasoning_tokens``)."""
-    if not isinstance(usage, dict):
+    if usage is None:
         return None, None
-    reasoning = _int(_dict(usage.get("output_tokens_details")).get("reasoning_tokens"))
-    tokens = TokenUsage(
-        _int(usage.get("input_tokens")) or 0, _int(usage.get("output_tokens")) or 0, reasoning
-    )
-    details = _dict(usage.get("input_tokens_details"))
-    read, write = _int(details.get("cached_tokens")), _int(details.get("cache_write_tokens"))
+    output = usage.output_tokens_details or _NO_DETAILS
+    tokens = TokenUsage(usage.input_tokens or 0, usage.output_tokens or 0, output.reasoning_tokens)
+    details = usage.input_tokens_details or _NO_DETAILS
+    read, write = details.cached_tokens, details.cache_write_tokens
     cache = None if read is None and write is None else PromptCacheUsage(read or 0, write or 0)
     return tokens, cache
 
@@ -72,7 +126,7 @@ class _OpenCall:
         self.done = False
 
 
-_Handler = Callable[["ResponsesDecoder", dict[str, Any]], list[Item]]
+_Handler = Callable[["ResponsesDecoder", _Event], list[Item]]
 
 
 class ResponsesDecoder(StreamDecoder):
@@ -98,10 +152,10 @@ class ResponsesDecoder(StreamDecoder):
     def feed(self, event: SseEvent) -> list[Item]:
         if not event.data or self.finished:
             return []
-        frame = loads_json(event.data, self.provider)
-        if not isinstance(frame, dict):
-            raise ProviderError(self.provider, f"unexpected frame: {event.data[:200]}")
-        handler = self._handlers.get(str(frame.get("type")))
+        frame = decode_frame(_EVENT, event.data, self.provider)
+        if frame.type == "error":  # its fields vary: read from the whole frame
+            raise ProviderError(self.provider, _error_event_text(json.loads(event.data)))
+        handler = self._handlers.get(str(frame.type))
         return [] if handler is None else handler(self, frame)
 
     def close(self) -> list[Item]:
@@ -114,89 +168,77 @@ class ResponsesDecoder(StreamDecoder):
 
     # -- events ------------------------------------------------------------------------
 
-    def _text(self, frame: dict[str, Any]) -> list[Item]:
-        delta = frame.get("delta")
-        return [Text(delta)] if isinstance(delta, str) and delta else []
+    def _text(self, frame: _Event) -> list[Item]:
+        return [Text(frame.delta)] if frame.delta else []
 
-    def _reasoning(self, frame: dict[str, Any]) -> list[Item]:
-        delta = frame.get("delta")
-        if isinstance(delta, str) and delta:
-            return [Thinking(delta, provider=self.endpoint)]
+    def _reasoning(self, frame: _Event) -> list[Item]:
+        return [Thinking(frame.delta, provider=self.endpoint)] if frame.delta else []
+
+    def _item_added(self, frame: _Event) -> list[Item]:
+        if frame.item is not None and frame.item.type == "function_call":
+            self._open_call(frame.item)
         return []
 
-    def _item_added(self, frame: dict[str, Any]) -> list[Item]:
-        item = _dict(frame.get("item"))
-        if item.get("type") == "function_call":
-            self._open_call(item)
-        return []
-
-    def _open_call(self, item: Mapping[str, Any]) -> _OpenCall:
-        key = str(item.get("id") or item.get("call_id") or len(self._calls))
+    def _open_call(self, item: _OutputItem) -> _OpenCall:
+        key = item.id or item.call_id or str(len(self._calls))
         call = self._calls.get(key)
         if call is None:
-            call = self._calls[key] = _OpenCall(str(item.get("call_id") or key), "")
-        call.name = call.name or str(item.get("name") or "")
+            call = self._calls[key] = _OpenCall(item.call_id or key, "")
+        call.name = call.name or item.name or ""
         return call
 
-    def _args_delta(self, frame: dict[str, Any]) -> list[Item]:
-        call = self._calls.get(str(frame.get("item_id")))
-        delta = frame.get("delta")
-        if call is not None and isinstance(delta, str):
-            call.args.append(delta)
+    def _args_delta(self, frame: _Event) -> list[Item]:
+        call = self._calls.get(str(frame.item_id))
+        if call is not None and frame.delta is not None:
+            call.args.append(frame.delta)
         return []
 
-    def _args_done(self, frame: dict[str, Any]) -> list[Item]:
-        call = self._calls.get(str(frame.get("item_id")))
+    def _args_done(self, frame: _Event) -> list[Item]:
+        call = self._calls.get(str(frame.item_id))
         if call is None:
             return []
-        if isinstance(frame.get("name"), str) and not call.name:
-            call.name = frame["name"]
-        if isinstance(frame.get("arguments"), str):
-            call.args = [frame["arguments"]]
+        if frame.name is not None and not call.name:
+            call.name = frame.name
+        if frame.arguments is not None:
+            call.args = [frame.arguments]
         return self._emit(call)
 
-    def _item_done(self, frame: dict[str, Any]) -> list[Item]:
-        item = _dict(frame.get("item"))
-        kind = item.get("type")
-        if kind == "function_call":
+    def _item_done(self, frame: _Event) -> list[Item]:
+        item = frame.item
+        if item is None:
+            return []
+        if item.type == "function_call":
             call = self._open_call(item)
-            if isinstance(item.get("arguments"), str) and not call.done:
-                call.args = [item["arguments"]]
+            if item.arguments is not None and not call.done:
+                call.args = [item.arguments]
             return self._emit(call)
-        if kind == "reasoning":
-            signature = item.get("encrypted_content")
-            item_id = item.get("id")
-            if not isinstance(signature, str) or not signature:
-                signature = None
-            if signature is None and not isinstance(item_id, str):
+        if item.type == "reasoning":
+            signature = item.encrypted_content or None
+            if signature is None and item.id is None:
                 return []
-            item_id = item_id if isinstance(item_id, str) else None
-            return [Thinking("", signature=signature, provider=self.endpoint, id=item_id)]
+            return [Thinking("", signature=signature, provider=self.endpoint, id=item.id)]
         return []
 
-    def _completed(self, frame: dict[str, Any]) -> list[Item]:
-        response = _dict(frame.get("response"))
-        self._usage, self._cache = read_usage(response.get("usage"))
+    def _completed(self, frame: _Event) -> list[Item]:
+        response = frame.response or _NO_RESPONSE
+        self._usage, self._cache = read_usage(response.usage)
         self.finished = True
         pending = self._pending()
         self._finish_reason = "tool_calls" if self._called else "stop"
         return pending
 
-    def _incomplete(self, frame: dict[str, Any]) -> list[Item]:
-        response = _dict(frame.get("response"))
-        self._usage, self._cache = read_usage(response.get("usage"))
+    def _incomplete(self, frame: _Event) -> list[Item]:
+        response = frame.response or _NO_RESPONSE
+        self._usage, self._cache = read_usage(response.usage)
         self.finished = True
-        reason = str(_dict(response.get("incomplete_details")).get("reason") or "incomplete")
+        details = response.incomplete_details or _Incomplete()
+        reason = details.reason or "incomplete"
         self._finish_reason = INCOMPLETE_REASONS.get(reason, reason)
         return self._pending()
 
-    def _failed(self, frame: dict[str, Any]) -> list[Item]:
-        response = _dict(frame.get("response"))
-        error = response.get("error")
+    def _failed(self, frame: _Event) -> list[Item]:
+        error = (frame.response or _NO_RESPONSE).error
         raise ProviderError(self.provider, _described(error) if error else "response failed")
-
-    def _error(self, frame: dict[str, Any]) -> list[Item]:
-        raise ProviderError(self.provider, _described(frame.get("error") or frame))
 
     _handlers: ClassVar[Mapping[str, _Handler]] = {
         "response.output_text.delta": _text,
@@ -209,7 +251,6 @@ class ResponsesDecoder(StreamDecoder):
         "response.completed": _completed,
         "response.incomplete": _incomplete,
         "response.failed": _failed,
-        "error": _error,
     }
 
     # -- calls -------------------------------------------------------------------------
@@ -236,6 +277,16 @@ class ResponsesDecoder(StreamDecoder):
                 )
             ]
         return [ToolCall(call.call_id, call.name, arguments)]
+
+
+_NO_RESPONSE = _Response()
+
+
+def _error_event_text(frame: Any) -> str:
+    """An ``error`` event's text: its ``error`` object, or its own ``code`` and
+    ``message`` (OpenAI puts them at the top of the event)."""
+    error = frame.get("error") if isinstance(frame, dict) else None
+    return _described(error or frame)
 
 
 def _described(error: Any) -> str:

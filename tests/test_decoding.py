@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 
-from cuca import ProviderEndpoint, ToolCall, ToolCallError
+import msgspec
+import pytest
+
+from cuca import ProviderEndpoint, Text, Thinking, ToolCall, ToolCallError
+from cuca.errors import JsonError, ProviderError
 from cuca.providers.anthropic_decode import AnthropicDecoder
-from cuca.providers.decoding import json_body, read_int, tool_arguments
+from cuca.providers.decoding import json_body, tool_arguments
 from cuca.providers.gemini_decode import GeminiDecoder
 from cuca.providers.openai_decode import ChatCompletionsDecoder
 from cuca.stages import SseEvent
-
-
-def test_decoding_read_int_refuses_bools_and_strings() -> None:
-    assert [read_int(v) for v in (0, 12, True, False, "3", 2.0, None)] == [
-        0, 12, None, None, None, None, None,
-    ]
 
 
 def test_decoding_tool_arguments_one_rule() -> None:
@@ -31,12 +29,16 @@ def test_decoding_json_body_unwraps_gemini_lists() -> None:
     assert json_body("not json") is None
 
 
-def test_decoding_a_true_count_is_no_count_for_gemini_and_openai() -> None:
-    """The same `true` means the same for every adapter: not a token count of 1."""
+@pytest.mark.parametrize("count", [True, "12", 2.0, [1], {"n": 1}, None])
+def test_decoding_a_count_that_is_no_integer_is_no_count_for_gemini_and_openai(
+    count: object,
+) -> None:
+    """The same `true` (or text, or float...) means the same for every adapter: not a
+    token count of 1, and the rest of the usage is still read."""
     gemini = GeminiDecoder()
     frame = {
         "candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
-        "usageMetadata": {"promptTokenCount": True, "candidatesTokenCount": 4},
+        "usageMetadata": {"promptTokenCount": count, "candidatesTokenCount": 4},
     }
     gemini.feed(SseEvent(json.dumps(frame)))
     gemini.close()
@@ -44,7 +46,7 @@ def test_decoding_a_true_count_is_no_count_for_gemini_and_openai() -> None:
     assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (0, 4)
 
     openai = ChatCompletionsDecoder("openai")
-    chunk = {"choices": [], "usage": {"prompt_tokens": True, "completion_tokens": 4}}
+    chunk = {"choices": [], "usage": {"prompt_tokens": count, "completion_tokens": 4}}
     openai.feed(SseEvent(json.dumps(chunk)))
     openai.feed(SseEvent("[DONE]"))
     usage = openai.summary().usage
@@ -75,3 +77,42 @@ def test_decoding_malformed_arguments_are_the_same_error_for_openai_and_anthropi
     assert out[0].message == "malformed tool call: [1]"
     assert (out[0].tool_call_id, out[0].name, out[0].raw) == ("t1", "f", "[1]")
     assert not any(isinstance(i, ToolCall) for i in out)
+
+
+def test_decoding_frame_wrong_type_counts_as_absent_and_the_rest_is_read() -> None:
+    """A value of the wrong type is as if the vendor had not sent it: the text of the
+    frame still arrives, the number in `content` and the `true` count do not."""
+    decoder = ChatCompletionsDecoder("openai")
+    frames = [
+        {"choices": [{"index": 0, "delta": {"content": 5, "reasoning": "hm"}}]},
+        {"choices": [7, {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": [1]}},
+    ]
+    items = [item for f in frames for item in decoder.feed(SseEvent(json.dumps(f)))]
+    assert [type(i) for i in items] == [Thinking, Text]
+    assert (items[0].text, items[1].text) == ("hm", "hi")
+    decoder.feed(SseEvent("[DONE]"))
+    usage = decoder.summary().usage
+    assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (3, 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        ('{"choices": [', JsonError, "openai sent a frame that is not JSON"),
+        ('{"a": NaN}', JsonError, "openai sent a frame that is not JSON"),
+        ('{"a": 1} {"b": 2}', JsonError, "openai sent a frame that is not JSON"),
+        ("[" * 5000 + "]" * 5000, JsonError, "not JSON"),
+        ("[1, 2]", ProviderError, "unexpected frame (Expected `object`, got `array`)"),
+        ('"text"', ProviderError, "unexpected frame (Expected `object`, got `str`)"),
+    ],
+)
+def test_decoding_frame_not_json_or_not_an_object_is_a_typed_error(
+    data: str, error: type[Exception], message: str
+) -> None:
+    """Never a msgspec exception: text that is not JSON is a JsonError, JSON that is not
+    the chunk object a ProviderError, each naming the provider and showing the frame."""
+    with pytest.raises(error) as info:
+        ChatCompletionsDecoder("openai").feed(SseEvent(data))
+    assert message in str(info.value)
+    assert not isinstance(info.value, msgspec.MsgspecError)
