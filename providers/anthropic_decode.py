@@ -40,7 +40,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import decode_frame, tool_arguments
+from .decoding import Shape, decode_frame, tool_arguments
 
 __all__ = ["AnthropicDecoder"]
 
@@ -55,7 +55,7 @@ USAGE_KEYS = (
 # -- the events' shape (wire.md section 8) ---------------------------------------------
 
 
-class _ContentBlock(msgspec.Struct):
+class _ContentBlock(Shape):
     """``content_block_start.content_block``: text, thinking, redacted_thinking, tool_use."""
 
     type: str = ""
@@ -68,7 +68,7 @@ class _ContentBlock(msgspec.Struct):
     data: str = ""  # redacted_thinking
 
 
-class _Delta(msgspec.Struct):
+class _Delta(Shape):
     """``content_block_delta.delta`` (text, thinking, signature or input JSON), or
     ``message_delta.delta`` (the stop reason)."""
 
@@ -80,11 +80,11 @@ class _Delta(msgspec.Struct):
     stop_reason: str | None = None
 
 
-class _OutputDetails(msgspec.Struct):
+class _OutputDetails(Shape):
     thinking_tokens: int | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(Shape):
     """Running totals: a count that is present replaces the earlier one."""
 
     input_tokens: int | None = None
@@ -94,11 +94,11 @@ class _Usage(msgspec.Struct):
     output_tokens_details: _OutputDetails | None = None
 
 
-class _Message(msgspec.Struct):
+class _Message(Shape):
     usage: _Usage | None = None
 
 
-class _Event(msgspec.Struct):
+class _Event(Shape):
     """One event; ``type`` (or the SSE event name) says which other fields it uses."""
 
     type: str | None = None

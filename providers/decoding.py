@@ -22,12 +22,18 @@ import msgspec
 
 from cuca.errors import JsonError, ProviderError
 
-__all__ = ["decode_frame", "json_body", "tool_arguments"]
+__all__ = ["Shape", "decode_frame", "json_body", "tool_arguments"]
 
 T = TypeVar("T")
 
 _WHERE = re.compile(r" - at `\$((?:\.\w+|\[\d+\])+)`$")
 _STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
+
+
+class Shape(msgspec.Struct, gc=False):
+    """Base of the structs that declare a vendor's frames. A decoded frame holds no
+    reference cycle, so the garbage collector need not track it (``gc=False``): one
+    less cost per chunk."""
 
 
 def decode_frame(decoder: msgspec.json.Decoder[T], data: str, provider: str) -> T:

@@ -40,7 +40,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import decode_frame, json_body
+from .decoding import Shape, decode_frame, json_body
 
 __all__ = ["SYNTHETIC_ID", "GeminiDecoder", "new_call_id"]
 
@@ -52,8 +52,8 @@ SYNTHETIC_ID = r"call_[0-9a-f]{16}"
 # -- the chunk's shape (wire.md section 9), field names in camelCase on the wire ------
 
 
-class _Shape(msgspec.Struct, rename="camel"):
-    pass
+class _Shape(Shape, rename="camel"):
+    """Gemini's field names are camelCase on the wire (``finishReason``)."""
 
 
 class _FunctionCall(_Shape):

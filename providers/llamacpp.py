@@ -34,7 +34,7 @@ from .base import (
     StreamDecoder,
     guarded_feed,
 )
-from .decoding import decode_frame
+from .decoding import Shape, decode_frame
 from .openai_compat import Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_config import OpenAiApi, OpenAiConfig
 from .openai_decode import chat_error_message, error_text
@@ -181,7 +181,7 @@ class LlamaCompletionAdapter(ProviderAdapter):
 _STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
 
 
-class _CompletionFrame(msgspec.Struct):
+class _CompletionFrame(Shape):
     """A ``/completion`` stream frame (wire.md section 7): text, or the final
     ``stop: true`` frame, or an error."""
 

@@ -34,7 +34,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import decode_frame, json_body, tool_arguments
+from .decoding import Shape, decode_frame, json_body, tool_arguments
 
 __all__ = ["ChatCompletionsDecoder", "chat_error_message", "error_text"]
 
@@ -74,37 +74,37 @@ def chat_error_message(body: str) -> str | None:
 # -- the chunk's shape (wire.md 1.2, 2, 3, 4, 6, 11) -----------------------------------
 
 
-class _Function(msgspec.Struct):
+class _Function(Shape):
     name: str | None = None
     arguments: str | dict[str, Any] | None = None  # an object from servers that parse it
 
 
-class _CallFragment(msgspec.Struct):
+class _CallFragment(Shape):
     index: int | None = None  # absent on old Ollama: one call at a time
     id: str | None = None
     function: _Function | None = None
 
 
-class _Delta(msgspec.Struct):
+class _Delta(Shape):
     content: str | None = None
     reasoning_content: str | None = None  # DeepSeek, llama.cpp, LM Studio, older vLLM
     reasoning: str | None = None  # vLLM, LM Studio for gpt-oss
     tool_calls: list[_CallFragment] | None = None
 
 
-class _Choice(msgspec.Struct):
+class _Choice(Shape):
     index: int | None = 0
     delta: _Delta | None = None
     finish_reason: str | None = None
 
 
-class _TokenDetails(msgspec.Struct):
+class _TokenDetails(Shape):
     reasoning_tokens: int | None = None  # completion_tokens_details
     cached_tokens: int | None = None  # prompt_tokens_details
     cache_write_tokens: int | None = None  # prompt_tokens_details
 
 
-class _Usage(msgspec.Struct):
+class _Usage(Shape):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_cache_hit_tokens: int | None = None  # DeepSeek
@@ -112,7 +112,7 @@ class _Usage(msgspec.Struct):
     completion_tokens_details: _TokenDetails | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(Shape):
     """A ``chat.completion.chunk``: choices and usage, or an error object or string."""
 
     choices: list[_Choice] | None = None
@@ -174,28 +174,25 @@ class ChatCompletionsDecoder(StreamDecoder):
         if chunk.error:
             raise ProviderError(self.provider, error_text(chunk.error))
         items: list[Item] = []
-        if chunk.choices:
-            for choice in chunk.choices:
-                if choice.index == 0:
-                    self._choice(choice, items)
+        for choice in chunk.choices or ():
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta is not None:
+                reasoning = delta.reasoning_content or delta.reasoning
+                if reasoning:
+                    items.append(Thinking(reasoning, provider=self.endpoint))
+                if delta.content:
+                    items.append(Text(delta.content))
+                if delta.tool_calls:
+                    for call in delta.tool_calls:
+                        self._merge(call)
+            if choice.finish_reason:
+                self._finish_reason = choice.finish_reason
+                items.extend(self._flush_calls())
         if chunk.usage is not None and chunk.usage != _NO_USAGE:
             self._read_usage(chunk.usage)
         return items
-
-    def _choice(self, choice: _Choice, items: list[Item]) -> None:
-        delta = choice.delta
-        if delta is not None:
-            reasoning = delta.reasoning_content or delta.reasoning
-            if reasoning:
-                items.append(Thinking(reasoning, provider=self.endpoint))
-            if delta.content:
-                items.append(Text(delta.content))
-            if delta.tool_calls:
-                for call in delta.tool_calls:
-                    self._merge(call)
-        if choice.finish_reason:
-            self._finish_reason = choice.finish_reason
-            items.extend(self._flush_calls())
 
     def _merge(self, fragment: _CallFragment) -> None:
         index = fragment.index

@@ -39,7 +39,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import decode_frame, tool_arguments
+from .decoding import Shape, decode_frame, tool_arguments
 from .openai_decode import error_text
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
@@ -51,7 +51,7 @@ INCOMPLETE_REASONS: Mapping[str, str] = {"max_output_tokens": "length"}
 # -- the event's shape (field names from the openai package's types/responses/) -------
 
 
-class _OutputItem(msgspec.Struct):
+class _OutputItem(Shape):
     """An item of ``response.output_item.added`` / ``.done``: a ``function_call``, a
     ``reasoning`` item or a ``message``."""
 
@@ -63,30 +63,30 @@ class _OutputItem(msgspec.Struct):
     encrypted_content: str | None = None
 
 
-class _TokenDetails(msgspec.Struct):
+class _TokenDetails(Shape):
     cached_tokens: int | None = None  # input_tokens_details
     cache_write_tokens: int | None = None  # input_tokens_details
     reasoning_tokens: int | None = None  # output_tokens_details
 
 
-class _Usage(msgspec.Struct):
+class _Usage(Shape):
     input_tokens: int | None = None
     output_tokens: int | None = None
     input_tokens_details: _TokenDetails | None = None
     output_tokens_details: _TokenDetails | None = None
 
 
-class _Incomplete(msgspec.Struct):
+class _Incomplete(Shape):
     reason: str | None = None
 
 
-class _Response(msgspec.Struct):
+class _Response(Shape):
     usage: _Usage | None = None
     incomplete_details: _Incomplete | None = None
     error: Any = None
 
 
-class _Event(msgspec.Struct):
+class _Event(Shape):
     """One stream event; ``type`` says which of the other fields it uses."""
 
     type: str | None = None

@@ -20,7 +20,10 @@ process's ``time.process_time`` (the server's CPU is not counted). From the two 
 the fixed CPU cost of a turn (event loop, client, TLS context, connect) and the CPU per
 1,000 chunks (the slope), reported apart; whether the client received every chunk at both
 lengths; text blocks per second (wall clock, long stream). Then cuca's ratios of the
-slopes against the targets (≥3x the openai SDK, ≥10x LiteLLM, within 2x of the floor).
+slopes against the targets (≥3x the openai SDK, ≥10x LiteLLM, at most 0.6x the floor's
+CPU: cuca decodes each chunk with msgspec into a typed struct where the floor calls
+``json.loads``). Then where a cuca chunk's CPU goes: SSE framing, JSON and the decoder
+timed alone in process, and the rest of the turn's slope.
 
 Those transcripts go out in 64 KiB writes, so one read carries hundreds of frames. The
 paced case is how a real token stream arrives: 4,000 chunks, one SSE frame per write,
@@ -331,6 +334,7 @@ def main() -> None:
         process.terminate()
         process.wait()
     report(results)
+    report_split(results)
     report_paced(paced)
 
 
@@ -358,7 +362,7 @@ def report(results: dict[str, dict[int, dict[str, float]]]) -> None:
     targets = [
         ("cuca", "openai SDK", "openai SDK CPU / cuca CPU", 3.0, True),
         ("cuca", "LiteLLM", "LiteLLM CPU / cuca CPU", 10.0, True),
-        ("cuca", "floor (httpx + httpx-sse + json)", "cuca CPU / floor CPU", 2.0, False),
+        ("cuca", "floor (httpx + httpx-sse + json)", "cuca CPU / floor CPU", 0.6, False),
         ("cuca (responses)", "openai SDK (responses)", "responses: SDK CPU / cuca CPU", 3.0, True),
     ]
     print("ratios of the per-chunk slopes:")
@@ -370,6 +374,75 @@ def report(results: dict[str, dict[int, dict[str, float]]]) -> None:
         ok = ratio >= target if higher else ratio <= target
         sign = ">=" if higher else "<="
         print(f"{label:30} {ratio:6.2f}x  (target {sign} {target:g}x: {'met' if ok else 'MISSED'})")
+
+
+def per_chunk_split(chunks: int = CHUNKS, repeats: int = 7) -> dict[str, float]:
+    """CPU µs per chunk of the in-process steps of a coalesced cuca turn, each timed alone
+    on the transcript in 64 KiB reads (best of ``repeats``): SSE framing; JSON alone, as
+    the floor decodes it (``json.loads``) and as cuca does (``msgspec`` into the chunk
+    struct); the decoder whole (JSON, reading the chunk, making the blocks)."""
+    from cuca import ProviderEndpoint, UnifiedRequest
+    from cuca.providers.base import ClientSettings
+    from cuca.providers.openai_decode import _CHUNK  # the decoder's own typed decoding
+    from cuca.providers.registry import adapter_for
+
+    body = transcript(chunks)
+    reads = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+    settings = ClientSettings(ProviderEndpoint.OPENAI, "http://127.0.0.1:9/v1", API_KEY)
+    adapter = adapter_for(settings)
+    request = UnifiedRequest.new(MODEL).add_user_message("Say hello many times.")
+
+    def best(step: Callable[[], object]) -> float:
+        times = []
+        for _ in range(repeats):
+            cpu = time.process_time()
+            step()
+            times.append(time.process_time() - cpu)
+        return min(times) * 1e6 / chunks
+
+    def frame() -> list[Any]:
+        framer = adapter.new_framer()
+        return [event for read in reads for event in framer.feed(read)] + framer.close()
+
+    events = frame()
+    data = [event.data for event in events if event.data != "[DONE]"]
+
+    def decode() -> None:
+        decoder = adapter.new_decoder(request)
+        for event in events:
+            decoder.feed(event)
+        decoder.close()
+
+    def each(loads: Callable[[str], object]) -> Callable[[], None]:
+        def run() -> None:
+            for text in data:
+                loads(text)  # each result dropped at once, as a turn drops its chunks
+
+        return run
+
+    return {
+        "SSE framing": best(frame),
+        "JSON alone, json.loads (the floor's)": best(each(json.loads)),
+        "JSON alone, msgspec into the struct (cuca's)": best(each(_CHUNK.decode)),
+        "decoder (cuca's JSON + reading + blocks)": best(decode),
+    }
+
+
+def report_split(results: dict[str, dict[int, dict[str, float]]]) -> None:
+    """Where a coalesced cuca chunk's CPU goes: the in-process steps timed alone, and
+    the rest of the turn's slope (transport, pipeline hops, the consumer's loop)."""
+    if "cuca" not in results:
+        return
+    split = per_chunk_split()
+    _, slope = split_cost(results["cuca"])
+    print(f"\nper chunk, in process ({CHUNKS:,} chunks in 64 KiB reads), CPU µs:")
+    for name, cost in split.items():
+        print(f"  {name:46} {cost:6.2f}")
+    rest = slope - split["SSE framing"] - split["decoder (cuca's JSON + reading + blocks)"]
+    print(f"  {'rest of the turn (transport, pipeline, loop)':46} {rest:6.2f}")
+    print(f"  {'cuca, whole turn (the slope above)':46} {slope:6.2f}")
+    share = split["JSON alone, msgspec into the struct (cuca's)"] / slope
+    print(f"  JSON is {share:.0%} of cuca's chunk")
 
 
 def report_paced(results: dict[str, dict[str, float]]) -> None:
