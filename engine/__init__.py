@@ -9,7 +9,6 @@ from .formats import Capabilities as Capabilities
 from .formats import OutputFormat as OutputFormat
 from .formats import ToolSyntax as ToolSyntax
 from .model import DEFAULT_THREADS as DEFAULT_THREADS
-from .model import EXACT_UBATCH as EXACT_UBATCH
 from .model import LocalModel as LocalModel
 from .model import default_model_path as default_model_path
 from .output import OutputParser as OutputParser
@@ -22,7 +21,6 @@ from .template import ChatTemplate as ChatTemplate
 
 __all__ = [
     "DEFAULT_THREADS",
-    "EXACT_UBATCH",
     "Capabilities",
     "ChatTemplate",
     "LocalModel",

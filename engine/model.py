@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cuca.errors import ConfigurationError
-from cuca.types import ImageBase64, UnifiedRequest
+from cuca.types import ImageBase64, MessageRole, Text, UnifiedRequest
 
 from .backend import LlamaBackend
 from .formats import Capabilities, OutputFormat, RenderedTurn
@@ -28,12 +28,12 @@ from .grammar import gbnf_for
 from .output import format_markers
 from .prompt import PromptGuard
 from .records import TokenSink
+from .rows import canonical, find_spans, kinds_from_spans, token_of
 from .sampling import SamplingConfig
 from .scheduler import PreparedTurn, Scheduler, Turn
 
 __all__ = [
     "DEFAULT_THREADS",
-    "EXACT_UBATCH",
     "ChatTemplateLike",
     "LocalModel",
     "default_model_path",
@@ -46,17 +46,6 @@ DEFAULT_THREADS = 1
 One token's decode on a small model is too short to split well: measured on a busy
 2-core machine, 2 threads fell to ~1 token/s while 1 thread kept 13. See
 docs/local-engine.md for the numbers; pass ``n_threads`` to use more cores.
-"""
-
-EXACT_UBATCH = 63
-"""The most rows one turn adds to a step (and llama.cpp evaluates at once) when reuse
-must be exact.
-
-Measured on llama.cpp's CPU backend: without flash attention, a token evaluated alone
-(while generating) and one evaluated in a batch (while prefilling) go through different
-matrix kernels and round differently. With flash attention they share one kernel, up to
-63 query rows: from 64 on (``GGML_FA_TILE_Q``) a tiled kernel takes over. Keeping every
-step under 64 rows makes a warm prefix give the same bits as a cold prefill.
 """
 
 SEQUENCE_TOKENS = 16384
@@ -135,7 +124,7 @@ class LocalModel:
         sampling: SamplingConfig,
         path: Path,
         *,
-        step_rows: int = EXACT_UBATCH,
+        exact: bool = True,
         state_budget: int = 0,
     ) -> None:
         self.path = path
@@ -143,7 +132,8 @@ class LocalModel:
         self.template = template
         self._backend = backend
         self._guard = PromptGuard(backend.token_text(t) for t in backend.control_ids)
-        self._scheduler = Scheduler(backend, step_rows=step_rows, state_budget=state_budget)
+        self._exact = exact
+        self._scheduler = Scheduler(backend, exact=exact, state_budget=state_budget)
         self._hidden: dict[OutputFormat, frozenset[int]] = {}
 
     @classmethod
@@ -181,13 +171,15 @@ class LocalModel:
 
         ``exact_reuse`` (the default) makes a turn's output the same, bit for bit,
         whether its prefix was reused or prefilled and whatever other turns run beside
-        it: flash attention on, each turn adding at most :data:`EXACT_UBATCH` rows to
-        a step, so every token's attention runs through the same kernel whether it was
-        prefilled or generated (guaranteed with ``n_threads=1``: with more, llama.cpp
-        splits one token's attention across threads past 512 tokens of context).
-        ``False`` uses llama-cpp-python's configuration instead (no flash attention,
-        ``n_batch``-token steps): faster prefill, but a reused prefix may round
-        differently from a fresh one. docs/local-engine.md has the numbers.
+        it: llama.cpp rounds a token evaluated alone (generation) differently from one
+        evaluated with its neighbours (prefill), so each prompt token is evaluated the
+        way :mod:`~cuca.engine.rows` gives it (the assistant's earlier answers and the
+        last token alone, the rest in steps of two rows or more) and a cached token is
+        reused only if it was evaluated that way. ``False`` reuses any cached token and
+        lets prefill chunks share steps with generating turns: slightly faster when a
+        fresh prompt carries earlier answers, but a reused prefix may round differently
+        from a fresh one. Both use llama-cpp-python's kernels (no flash attention,
+        ``n_batch``-row steps). docs/local-engine.md has the numbers.
 
         Raises :class:`~cuca.errors.ConfigurationError` when llama-cpp-python is missing,
         the file is missing or not GGUF, llama.cpp cannot load it, it has no template, or
@@ -201,15 +193,16 @@ class LocalModel:
                 raise ConfigurationError(f"{name} must be >= 1, got {value}")
         if state_budget < 0:
             raise ConfigurationError(f"state_budget must be >= 0, got {state_budget}")
+        if exact_reuse and n_batch < 2:
+            raise ConfigurationError("n_batch must be >= 2 with exact_reuse (steps of two rows)")
         threads = DEFAULT_THREADS if n_threads is None else n_threads
-        n_batch = min(n_batch, n_ctx)
-        step_rows = min(n_batch, EXACT_UBATCH) if exact_reuse else n_batch
+        n_batch = max(min(n_batch, n_ctx), sequences)
         backend = LlamaBackend(
             str(file),
             n_ctx=n_ctx,
-            n_batch=max(n_batch, sequences),
-            n_ubatch=step_rows,
-            flash_attention=exact_reuse,
+            n_batch=n_batch,
+            n_ubatch=n_batch,
+            flash_attention=False,
             n_threads=threads,
             n_threads_batch=threads if n_threads_batch is None else n_threads_batch,
             n_seq=sequences,
@@ -229,7 +222,7 @@ class LocalModel:
             template,
             sampling or SamplingConfig(),
             file,
-            step_rows=step_rows,
+            exact=exact_reuse,
             state_budget=state_budget,
         )
 
@@ -266,11 +259,13 @@ class LocalModel:
     def cached_tokens(self) -> tuple[int, ...]:
         """The tokens whose K/V the sequence of the latest turn holds (its reusable
         prefix)."""
-        return tuple(self._scheduler.table.slots[self._scheduler.last_seq].tokens)
+        slot = self._scheduler.table.slots[self._scheduler.last_seq]
+        return tuple(token_of(k) for k in slot.tokens)
 
     def sequences(self) -> tuple[tuple[int, ...], ...]:
         """The tokens each sequence holds, by sequence id."""
-        return tuple(tuple(slot.tokens) for slot in self._scheduler.table.slots)
+        slots = self._scheduler.table.slots
+        return tuple(tuple(token_of(k) for k in slot.tokens) for slot in slots)
 
     @property
     def peak_concurrency(self) -> int:
@@ -312,7 +307,7 @@ class LocalModel:
         the engine cannot run."""
         self._check_capabilities(request)
         rendered = self._render(request)
-        prompt = self._tokenize(rendered.text)
+        prompt, sizes = self._tokens(rendered.text)
         if len(prompt) > self.n_ctx:
             raise ConfigurationError(
                 f"the prompt has {len(prompt)} tokens but the context holds {self.n_ctx};"
@@ -327,7 +322,25 @@ class LocalModel:
             max_tokens=request.max_tokens,
             hidden=self._hidden_tokens(fmt),
             grammar=gbnf_for(request.output_schema),
+            alone=self._alone(request, rendered.text, sizes) if self._exact else None,
         )
+
+    def _alone(
+        self, request: UnifiedRequest, protected: str, sizes: list[int] | None
+    ) -> tuple[bool, ...]:
+        """Which prompt tokens the exact mode evaluates alone (see :mod:`~cuca.engine.rows`):
+        the assistant messages' text, which generation evaluated one token at a time, found
+        in the prompt text; none of it if the tokens' bytes do not add up to the text."""
+        said = [
+            "\n".join(b.text for b in m.content if isinstance(b, Text))
+            for m in request.messages
+            if m.role is MessageRole.ASSISTANT
+        ]
+        written = [False] * (len(sizes) if sizes is not None else 0)
+        if sizes is not None and any(said):
+            text = self._guard.restore(protected)
+            written = kinds_from_spans(sizes, find_spans(text, said))
+        return canonical(written)
 
     def _check_capabilities(self, request: UnifiedRequest) -> None:
         """Refuse what this model would silently drop: tools it has no call syntax for,
@@ -385,15 +398,31 @@ class LocalModel:
         return self.template.render_turn(self._guard.protect(request))
 
     def _tokenize(self, protected: str) -> list[int]:
+        return self._tokens(protected)[0]
+
+    def _tokens(self, protected: str) -> tuple[list[int], list[int] | None]:
+        """The prompt's tokens, and how many bytes of the prompt text each stands for
+        (``None`` when the pieces do not add up to the text, as with tokenizers that
+        add a leading space)."""
         backend = self._backend
         if backend.closed:
             raise ConfigurationError(f"the model {self.path.name} is closed")
         tokens: list[int] = []
+        sizes: list[int] | None = []
         for segment in self._guard.segments(protected):
-            tokens += backend.tokenize(segment.text, special=segment.special)
+            part = backend.tokenize(segment.text, special=segment.special)
+            tokens += part
+            if sizes is not None:
+                lengths = [len(backend.piece(t)) for t in part]
+                if sum(lengths) == len(segment.text.encode("utf-8")):
+                    sizes.extend(lengths)
+                else:
+                    sizes = None
         if backend.adds_bos and backend.bos_id >= 0 and tokens[:1] != [backend.bos_id]:
             tokens.insert(0, backend.bos_id)
-        return tokens
+            if sizes is not None:
+                sizes.insert(0, 0)
+        return tokens, sizes
 
     def close(self) -> None:
         """Free the model. Running turns stop before their next token (so this never

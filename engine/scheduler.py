@@ -10,9 +10,14 @@ from its own row's logits with its own sampler chain, and hands the token's text
 sink. A turn whose consumer is behind (its sink is full) sits out until it catches up;
 the others go on.
 
-Exactness: each sequence has its own cells, a chunk adds at most ``step_rows`` rows of
-one sequence to a step, and a row's arithmetic does not depend on the other rows of its
-step (see docs/local-engine.md), so a turn gives the same bits beside others as alone.
+Exactness (the exact mode): every prompt token is evaluated the way
+:mod:`~cuca.engine.rows` gives it, whatever runs beside it. A token evaluated alone is
+the only row of its sequence in its step (generation's rows, and prefill rows taken one
+per step); tokens evaluated together go in a step of their own, two rows or more of one
+sequence (llama.cpp splits a step mixing sequences into equal shares of each, which
+could leave one row of a chunk alone). Each sequence has its own cells, and a row's
+arithmetic does not depend on the other rows of its step (see docs/local-engine.md), so
+a turn gives the same bits beside others as alone, warm as cold.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from cuca.types import PromptCacheUsage
 from .backend import DECODE_ABORTED, LlamaBackend, Row, Sampler
 from .formats import OutputFormat
 from .records import TokenSink, TurnEnd, TurnStart
+from .rows import alone, key, token_of
 from .sampling import SamplerStep
 from .sequences import Placement, SavedStates, SequenceTable
 
@@ -37,6 +43,10 @@ __all__ = ["PreparedTurn", "Scheduler"]
 
 IDLE_POLL = 0.05
 """Seconds the engine thread sleeps at most while every turn waits for its consumer."""
+
+SHARED_CHUNK = 128
+"""The most prompt tokens one prefill step evaluates while other turns wait for their
+next token (a step of 128 rows of SmolLM2-135M takes about a second on one core)."""
 
 
 def _closed() -> StreamIncomplete:
@@ -60,6 +70,13 @@ class PreparedTurn:
     max_tokens: int | None
     hidden: frozenset[int]
     grammar: str | None = None
+    alone: tuple[bool, ...] | None = None
+
+    def keys(self) -> tuple[int, ...]:
+        """The prompt's cache keys: each token and whether it is evaluated alone (``alone``
+        is set in the exact mode; otherwise every token goes with its neighbours)."""
+        flags = self.alone or (False,) * len(self.prompt)
+        return tuple(key(token, flag) for token, flag in zip(self.prompt, flags, strict=True))
 
 
 class Turn:
@@ -67,6 +84,7 @@ class Turn:
 
     def __init__(self, prepared: PreparedTurn, sink: TokenSink) -> None:
         self.prepared = prepared
+        self.keys = prepared.keys()
         self.sink = sink
         self.seq = -1
         self.fed = 0  # prompt tokens the sequence holds
@@ -90,15 +108,17 @@ class Turn:
 class Scheduler:
     """Runs the turns of one model: admission, placement, batched steps.
 
-    ``step_rows`` is the most rows one sequence adds to a step; ``state_budget`` the
+    ``exact`` evaluates each prompt token the way its key says (see the module doc);
+    otherwise prefill chunks share steps with generating rows. ``state_budget`` is the
     bytes of RAM evicted sequences' states may take (0: none are saved).
     """
 
-    def __init__(self, backend: LlamaBackend, *, step_rows: int, state_budget: int = 0) -> None:
+    def __init__(self, backend: LlamaBackend, *, exact: bool, state_budget: int = 0) -> None:
         self._backend = backend
-        self.table = SequenceTable(backend.n_seq)
+        self.table = SequenceTable(backend.n_seq, exact=exact)
         self.saved = SavedStates(state_budget)
-        self._step_rows = step_rows
+        self._exact = exact
+        self._chunk_next = False  # in the exact mode, chunk steps alternate with row steps
         self._cond = threading.Condition()
         self._waiting: deque[Turn] = deque()
         self._active: list[Turn] = []
@@ -197,7 +217,7 @@ class Scheduler:
         admitted: list[Turn] = []
         while self._waiting and self.table.free():
             turn = self._waiting.popleft()
-            placement = self.table.place(turn.prepared.prompt, self.saved.tokens())
+            placement = self.table.place(turn.keys, self.saved.tokens())
             turn.seq, turn.keep, turn.placement = placement.seq_id, placement.keep, placement
             self._active.append(turn)
             self.last_seq = turn.seq
@@ -244,32 +264,11 @@ class Scheduler:
 
     def _step(self, ready: list[Turn]) -> None:
         backend = self._backend
-        rows: list[Row] = []
-        stepping: list[Turn] = []
-        for turn in ready:
-            if turn.next_token is not None:
-                tokens = self.table.slots[turn.seq].tokens
-                rows.append((turn.next_token, len(tokens), turn.seq, True))
-                turn.row, turn.chunk = len(rows) - 1, 0
-                stepping.append(turn)
-        prefill = False
-        for turn in ready:
-            room = min(backend.n_batch - len(rows), self._step_rows)
-            if turn.next_token is not None or not turn.prefilling or room <= 0:
-                continue
-            prompt = turn.prepared.prompt
-            chunk = prompt[turn.fed : turn.fed + room]
-            last = turn.fed + len(chunk) == len(prompt)
-            for offset, token in enumerate(chunk):
-                wanted = last and offset == len(chunk) - 1
-                rows.append((token, turn.fed + offset, turn.seq, wanted))
-            turn.row = len(rows) - 1 if last else -1
-            turn.chunk = len(chunk)
-            stepping.append(turn)
-            prefill = True
+        rows, stepping = self._exact_rows(ready) if self._exact else self._mixed_rows(ready)
         if not rows:
             return
         self.peak_turns = max(self.peak_turns, len(stepping))
+        prefill = any(turn.chunk > 1 for turn in stepping)
         self._batch.fill(rows)
         if prefill:  # a prefill step may take seconds: let llama.cpp stop inside it
             backend.set_abort(self._abandoned(stepping))
@@ -284,14 +283,73 @@ class Scheduler:
         for turn in stepping:
             tokens = self.table.slots[turn.seq].tokens
             if turn.chunk:
-                tokens += turn.prepared.prompt[turn.fed : turn.fed + turn.chunk]
+                tokens += turn.keys[turn.fed : turn.fed + turn.chunk]
                 turn.fed += turn.chunk
             elif turn.next_token is not None:
-                tokens.append(turn.next_token)
+                tokens.append(key(turn.next_token, self._exact))  # generated: alone
                 turn.next_token = None
         for turn in stepping:
             if turn.row >= 0 and turn in self._active:
                 self._advance(turn)
+
+    def _mixed_rows(self, ready: list[Turn]) -> tuple[list[Row], list[Turn]]:
+        """One row per generating turn, then prefill chunks in the room left."""
+        n_batch = self._backend.n_batch
+        rows: list[Row] = []
+        stepping: list[Turn] = []
+        for turn in ready:
+            if turn.next_token is not None:
+                self._add_token(turn, rows, stepping)
+        for turn in ready:
+            room = n_batch - len(rows)
+            if turn.next_token is None and turn.prefilling and room > 0:
+                self._add_prompt(turn, min(room, len(turn.keys) - turn.fed), rows, stepping)
+        return rows, stepping
+
+    def _exact_rows(self, ready: list[Turn]) -> tuple[list[Row], list[Turn]]:
+        """Either one row per turn (its generated token, or its next prompt token that is
+        evaluated alone), or one chunk of a prompt's tokens evaluated together, in a step
+        of its own; the two kinds of step alternate while both have work."""
+        single = [t for t in ready if t.next_token is not None or alone(t.keys[t.fed])]
+        chunked = [t for t in ready if t.next_token is None and not alone(t.keys[t.fed])]
+        rows: list[Row] = []
+        stepping: list[Turn] = []
+        if chunked and (self._chunk_next or not single):
+            self._chunk_next = False
+            turn = chunked[0]
+            run = 1
+            while turn.fed + run < len(turn.keys) and not alone(turn.keys[turn.fed + run]):
+                run += 1
+            size = min(run, self._backend.n_batch if len(ready) == 1 else SHARED_CHUNK)
+            if run - size == 1:  # never leave one token of a run to a step of its own
+                size -= 1
+            self._add_prompt(turn, size, rows, stepping)
+            return rows, stepping
+        self._chunk_next = True
+        for turn in sorted(single, key=lambda t: t.seq):  # llama.cpp keeps ascending ids together
+            if turn.next_token is not None:
+                self._add_token(turn, rows, stepping)
+            else:
+                self._add_prompt(turn, 1, rows, stepping)
+        return rows, stepping
+
+    def _add_token(self, turn: Turn, rows: list[Row], stepping: list[Turn]) -> None:
+        """The row of ``turn``'s last sampled token."""
+        assert turn.next_token is not None
+        rows.append((turn.next_token, len(self.table.slots[turn.seq].tokens), turn.seq, True))
+        turn.row, turn.chunk = len(rows) - 1, 0
+        stepping.append(turn)
+
+    def _add_prompt(self, turn: Turn, size: int, rows: list[Row], stepping: list[Turn]) -> None:
+        """Rows for the next ``size`` prompt tokens of ``turn``; logits for the last one
+        of the prompt."""
+        end = turn.fed + size
+        for position in range(turn.fed, end):
+            wanted = position == len(turn.keys) - 1
+            rows.append((token_of(turn.keys[position]), position, turn.seq, wanted))
+        turn.row = len(rows) - 1 if end == len(turn.keys) else -1
+        turn.chunk = size
+        stepping.append(turn)
 
     def _abandoned(self, stepping: list[Turn]) -> Callable[[], bool]:
         def abandoned() -> bool:
@@ -307,9 +365,9 @@ class Scheduler:
             slot = self.table.slots[turn.seq]
             expected = list(slot.tokens)
             if turn.chunk:
-                expected += turn.prepared.prompt[turn.fed : turn.fed + turn.chunk]
+                expected += turn.keys[turn.fed : turn.fed + turn.chunk]
             elif turn.next_token is not None:
-                expected.append(turn.next_token)
+                expected.append(key(turn.next_token, self._exact))
             end = min(backend.cache_end(turn.seq), len(expected))
             if not backend.truncate(turn.seq, end):
                 backend.clear(turn.seq)

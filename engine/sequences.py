@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import attrs
 
 from .prefix import plan_reuse
+from .rows import keep_whole_runs
 
 __all__ = [
     "COPY_ABOVE",
@@ -50,7 +51,8 @@ prefill)."""
 
 @attrs.define
 class SequenceSlot:
-    """One sequence of the cache: the tokens whose K/V it holds, in order."""
+    """One sequence of the cache: the keys of the tokens whose K/V it holds, in order
+    (token ids, with how each was evaluated: :mod:`~cuca.engine.rows`)."""
 
     seq_id: int
     tokens: list[int] = attrs.Factory(list)
@@ -75,16 +77,22 @@ class Placement:
     evicted: tuple[int, ...] = ()
 
 
-def _reuse(cached: Sequence[int], prompt: Sequence[int]) -> int:
-    return plan_reuse(cached, prompt).keep
-
-
 class SequenceTable:
-    """The ``n_seq`` sequences of one model and the turns placed on them."""
+    """The ``n_seq`` sequences of one model and the turns placed on them.
 
-    def __init__(self, n_seq: int) -> None:
+    Sequences hold cache keys (:mod:`~cuca.engine.rows`): token ids, and in the exact
+    mode (``exact``) how each was evaluated; there a kept prefix never leaves a run of
+    tokens evaluated together cut to one token.
+    """
+
+    def __init__(self, n_seq: int, *, exact: bool = False) -> None:
         self.slots = [SequenceSlot(i) for i in range(n_seq)]
         self._tick = 0
+        self._exact = exact
+
+    def _reuse(self, cached: Sequence[int], prompt: Sequence[int]) -> int:
+        keep = plan_reuse(cached, prompt).keep
+        return keep_whole_runs(prompt, keep) if self._exact else keep
 
     def free(self) -> bool:
         """Whether a sequence is free for a new turn."""
@@ -102,19 +110,19 @@ class SequenceTable:
         best = max(
             free,
             key=lambda s: (
-                _reuse(s.tokens, prompt),
+                self._reuse(s.tokens, prompt),
                 -len(s.tokens),
                 -s.last_used,
             ),
         )
-        keep = _reuse(best.tokens, prompt)
+        keep = self._reuse(best.tokens, prompt)
         empty = [slot for slot in free if not slot.tokens]
         victim = empty[0] if empty else min(free, key=lambda s: s.last_used)
-        restore = max(saved, key=lambda tokens: _reuse(tokens, prompt), default=None)
-        if restore is not None and _reuse(restore, prompt) > keep:
+        restore = max(saved, key=lambda tokens: self._reuse(tokens, prompt), default=None)
+        if restore is not None and self._reuse(restore, prompt) > keep:
             placement = Placement(
                 victim.seq_id,
-                _reuse(restore, prompt),
+                self._reuse(restore, prompt),
                 restore=tuple(restore),
                 evicted=tuple(victim.tokens),
             )

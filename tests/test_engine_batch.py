@@ -101,6 +101,29 @@ async def test_batch_four_concurrent_turns_equal_each_alone(alone: list[Outcome]
     assert all(outcome.read == 0 for outcome in together)  # all were cold
 
 
+def replayed(question: str, answer: str, follow_up: str, max_tokens: int) -> UnifiedRequest:
+    """A conversation carrying an earlier answer (its tokens are prefilled one per step,
+    as generation evaluated them)."""
+    request = ask(question, max_tokens).add_assistant_message(answer)
+    return request.add_user_message(follow_up)
+
+
+async def test_batch_turns_replaying_answers_equal_each_alone() -> None:
+    requests = [
+        replayed("Name a fruit.", "Apples are a popular fruit.", "Another one?", 12),
+        replayed("Count to five.", "One, two, three, four, five.", "Now to ten.", 16),
+        FOUR[0],
+    ]
+    alone_outcomes = []
+    for request in requests:
+        with load(n_seq=1) as model:
+            alone_outcomes.append(await run(model, request))
+    with load(n_seq=3) as model:
+        together = await run_together(model, requests)
+        assert model.peak_concurrency == 3
+    assert together == alone_outcomes
+
+
 async def test_batch_a_late_turn_joins_running_ones(alone: list[Outcome]) -> None:
     """Turns that arrive while others generate join the running batch (their prefill
     chunks go between the others' tokens) and still give their output alone."""

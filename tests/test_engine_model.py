@@ -13,6 +13,7 @@ import trio
 
 from cuca.client import CucaClient
 from cuca.engine import LocalModel, SamplingConfig, default_model_path
+from cuca.engine import model as model_module
 from cuca.engine.formats import OutputFormat
 from cuca.engine.records import TokenSink, TurnEnd, TurnStart
 from cuca.engine.sandbox import ChatSandbox
@@ -257,6 +258,36 @@ async def test_model_warm_output_equals_cold_output(temperature: float | None) -
     assert usage_of(cold_summary)[1] == 0
     assert text_of(warm_items) == text_of(cold_items)
     assert usage_of(warm_summary)[3] == usage_of(cold_summary)[3]
+
+
+async def test_model_warm_turn_reuses_the_answer_it_finds_in_the_prompt() -> None:
+    """The answer's tokens, evaluated alone while generated, are reused: a cold prefill
+    evaluates the assistant's text alone too (see cuca.engine.rows)."""
+    first = ask("Tell me about the moon.", max_tokens=24)
+    with load() as warm:
+        items, first_summary = await run_turn(warm, first)
+        second = first.add_assistant_message(text_of(items)).add_user_message("And the sun?")
+        _, summary = await run_turn(warm, second)
+    first_prompt, _, _, completion = usage_of(first_summary)
+    assert usage_of(summary)[1] >= first_prompt + completion - 1
+
+
+async def test_model_an_answer_not_found_in_the_prompt_is_prefilled_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the engine cannot find an earlier answer in the prompt text, it does not
+    reuse the tokens generation evaluated for it (a cold prefill would evaluate them
+    with their neighbours): the warm turn is slower, and still exact."""
+    monkeypatch.setattr(model_module, "find_spans", lambda text, pieces: [])
+    first = ask("Tell me about the moon.", max_tokens=24)
+    with load() as warm:
+        items, first_summary = await run_turn(warm, first)
+        second = first.add_assistant_message(text_of(items)).add_user_message("And the sun?")
+        warm_items, warm_summary = await run_turn(warm, second)
+    with load() as cold:
+        cold_items, _ = await run_turn(cold, second)
+    assert text_of(warm_items) == text_of(cold_items)
+    assert 0 < usage_of(warm_summary)[1] < usage_of(first_summary)[0]
 
 
 @pytest.mark.slow

@@ -1,0 +1,79 @@
+"""How the exact mode evaluates each prompt token (pure: no llama.cpp)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cuca.engine.rows import (
+    alone,
+    canonical,
+    find_spans,
+    keep_whole_runs,
+    key,
+    kinds_from_spans,
+    token_of,
+)
+
+F, T = False, True
+
+
+def test_rows_a_key_holds_the_token_and_its_way() -> None:
+    assert (token_of(key(49151, True)), alone(key(49151, True))) == (49151, True)
+    assert (token_of(key(0, False)), alone(key(0, False))) == (0, False)
+    assert key(7, True) != key(7, False)
+
+
+def test_rows_a_fresh_prompt_goes_together_but_its_last_token() -> None:
+    assert canonical([F] * 5) == (F, F, F, F, T)
+
+
+def test_rows_the_answer_and_the_token_before_it_go_alone() -> None:
+    # prompt of turn 1 (4 tokens), its answer (3), the next user message (3)
+    written = [F, F, F, F, T, T, T, F, F, F]
+    assert canonical(written) == (F, F, F, T, T, T, T, F, F, T)
+
+
+def test_rows_a_token_with_no_neighbour_to_go_with_goes_alone() -> None:
+    assert canonical([F, T, F, T, F, F, F]) == (T, T, T, T, F, F, T)
+    assert canonical([F, F, T, F, F]) == (T, T, T, T, T)
+    assert canonical([F, F, F, T, F, F, F]) == (F, F, T, T, F, F, T)
+    assert canonical([]) == ()
+
+
+@given(st.lists(st.booleans(), max_size=40))
+def test_rows_every_run_evaluated_together_has_two_tokens_or_more(written: list[bool]) -> None:
+    flags = canonical(written)
+    assert all(flag for flag, said in zip(flags, written, strict=True) if said)
+    runs = "".join("a" if flag else "t" for flag in flags).split("a")
+    assert all(len(run) != 1 for run in runs)
+    assert not flags or flags[-1]
+
+
+def keys(flags: tuple[bool, ...]) -> list[int]:
+    return [key(100 + i, flag) for i, flag in enumerate(flags)]
+
+
+def test_rows_keep_never_cuts_a_run_to_one_token() -> None:
+    prompt = keys((F, F, F, T, T, F, F, T))
+    assert keep_whole_runs(prompt, 2) == 1  # token 2 would be left alone: 1 and 2 again
+    assert keep_whole_runs(prompt, 1) == 1  # two left
+    assert keep_whole_runs(prompt, 3) == 3  # the next one goes alone anyway
+    assert keep_whole_runs(prompt, 6) == 5
+    assert keep_whole_runs(prompt, 0) == 0
+
+
+def test_rows_find_spans_in_order_as_bytes() -> None:
+    text = "user: hé\nassistant: Hello there\nuser: Hi\nassistant: Hello there\n"
+    spans = find_spans(text, [" Hello there ", "Hello there", "never said"])
+    first = text.encode().index(b"Hello")
+    second = text.encode().rindex(b"Hello")
+    assert spans == [(first, first + 11), (second, second + 11)]
+    assert find_spans(text, ["", "   "]) == []
+
+
+def test_rows_only_tokens_wholly_inside_a_span_were_written() -> None:
+    # tokens of 3, 2, 2, 4 and 1 bytes; the span covers bytes 3..9
+    assert kinds_from_spans([3, 2, 2, 4, 1], [(3, 9)]) == [F, T, T, F, F]
+    assert kinds_from_spans([3, 0, 2], [(3, 5)]) == [F, F, T]
+    assert kinds_from_spans([2, 2], []) == [F, F]
