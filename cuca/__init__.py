@@ -7,12 +7,13 @@ async with CucaClient(provider=ProviderEndpoint.OPENAI, api_key=key) as client:
             ...
     print(stream.response.usage)
 
-``import cuca`` loads the core only: types, errors, the client and its stream. Names
-that live in heavier packages (the local engine with jinja2, the provider adapters)
-are imported the first time they are used: ``cuca.LocalModel`` loads the engine,
-``cuca.AnthropicConfig`` the Anthropic adapter. Type checkers and ``dir(cuca)`` see
-every name either way. To export a name lazily, add it to ``_LAZY`` and to the
-``TYPE_CHECKING`` block (a test checks that the two agree).
+``import cuca`` loads the core only: types, errors, the client and its stream. Every
+other name is imported the first time it is used: the local engine with jinja2
+(``cuca.LocalModel``), the provider adapters (``cuca.AnthropicConfig``), and what a
+first turn does not need (the tool loop, fallback and pools, observers, the JSON
+converter, retry policies). Type checkers and ``dir(cuca)`` see every name either way.
+To export a name lazily, add it to ``_LAZY`` and to the ``TYPE_CHECKING`` block (a test
+checks that the two agree).
 """
 
 import typing as _typing
@@ -21,11 +22,6 @@ from ._lazy import lazy_names as _lazy_names
 from .client import CucaClient as CucaClient
 from .client import ResponseFuture as ResponseFuture
 from .client import Timeouts as Timeouts
-from .convert import converter as converter
-from .convert import from_json as from_json
-from .convert import structure as structure
-from .convert import to_json as to_json
-from .convert import unstructure as unstructure
 from .errors import AuthenticationError as AuthenticationError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import ConnectError as ConnectError
@@ -44,20 +40,10 @@ from .errors import StreamIncomplete as StreamIncomplete
 from .errors import TemplateError as TemplateError
 from .errors import ToolCallError as ToolCallError
 from .errors import TransportError as TransportError
-from .fallback import FallbackClient as FallbackClient
-from .observe import TurnEnd as TurnEnd
-from .observe import TurnObserver as TurnObserver
 from .plugins import CucaPlugin as CucaPlugin
-from .pool import PoolPolicy as PoolPolicy
-from .redaction import RedactRequest as RedactRequest
-from .retry import RetryPolicy as RetryPolicy
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks
-from .tool_loop import LoopObserver as LoopObserver
-from .tool_loop import Step as Step
-from .tool_loop import ToolLoopStream as ToolLoopStream
-from .tools import Tool as Tool
 from .types import AnthropicThinkingParams as AnthropicThinkingParams
 from .types import Block as Block
 from .types import GeminiThinkingParams as GeminiThinkingParams
@@ -83,19 +69,49 @@ from .types import UnifiedRequest as UnifiedRequest
 from .types import UnifiedResponse as UnifiedResponse
 
 if _typing.TYPE_CHECKING:
+    from .convert import converter as converter
+    from .convert import from_json as from_json
+    from .convert import structure as structure
+    from .convert import to_json as to_json
+    from .convert import unstructure as unstructure
     from .engine import Capabilities as Capabilities
     from .engine import LocalModel as LocalModel
     from .engine import SamplingConfig as SamplingConfig
+    from .fallback import FallbackClient as FallbackClient
+    from .observe import TurnEnd as TurnEnd
+    from .observe import TurnObserver as TurnObserver
+    from .pool import PoolPolicy as PoolPolicy
     from .providers.anthropic import AnthropicConfig as AnthropicConfig
     from .providers.llamacpp import LlamaCppConfig as LlamaCppConfig
     from .providers.llamacpp import LlamaRoute as LlamaRoute
     from .providers.openai_config import OpenAiApi as OpenAiApi
     from .providers.openai_config import OpenAiConfig as OpenAiConfig
     from .providers.registry import register_adapter as register_adapter
+    from .redaction import RedactRequest as RedactRequest
+    from .retry import RetryPolicy as RetryPolicy
     from .session_log import LoggedTurn as LoggedTurn
     from .session_log import SessionLog as SessionLog
+    from .tool_loop import LoopObserver as LoopObserver
+    from .tool_loop import Step as Step
+    from .tool_loop import ToolLoopStream as ToolLoopStream
+    from .tools import Tool as Tool
 
 _LAZY: dict[str, str] = {
+    "converter": "cuca.convert",
+    "from_json": "cuca.convert",
+    "structure": "cuca.convert",
+    "to_json": "cuca.convert",
+    "unstructure": "cuca.convert",
+    "FallbackClient": "cuca.fallback",
+    "TurnEnd": "cuca.observe",
+    "TurnObserver": "cuca.observe",
+    "PoolPolicy": "cuca.pool",
+    "RedactRequest": "cuca.redaction",
+    "RetryPolicy": "cuca.retry",
+    "LoopObserver": "cuca.tool_loop",
+    "Step": "cuca.tool_loop",
+    "ToolLoopStream": "cuca.tool_loop",
+    "Tool": "cuca.tools",
     "Capabilities": "cuca.engine",
     "LocalModel": "cuca.engine",
     "SamplingConfig": "cuca.engine",

@@ -15,8 +15,6 @@ from ._checks import kind, optional, seconds
 from ._nursery import background_nursery
 from .errors import ConfigurationError, DeadlineExceeded
 from .plugins import CucaPlugin
-from .pool import PoolPolicy
-from .retry import RetryPolicy
 from .stream import Completion, ResponseStream, collect
 from .turn import TurnState
 from .types import ProviderEndpoint, UnifiedRequest, UnifiedResponse
@@ -30,7 +28,8 @@ if TYPE_CHECKING:
     from cuca.stages.pipeline import Insertion, Pipeline
     from cuca.stages.points import Point
 
-    from .pool import Pool
+    from .pool import Pool, PoolPolicy
+    from .retry import RetryPolicy
     from .tool_loop import ToolLoopOptions, ToolLoopStream
     from .tools import Tool
 
@@ -153,6 +152,8 @@ class CucaClient:
         retry: RetryPolicy | None = None,
         pool: PoolPolicy | None = None,
     ) -> None:
+        from .retry import RetryPolicy
+
         _check_client(provider, base_url)
         self.provider = provider
         urls = None if base_url is None or isinstance(base_url, str) else tuple(base_url)
@@ -168,12 +169,13 @@ class CucaClient:
         self._http = http_client
         self._adapter: ProviderAdapter | None = None
         self._closed = False
-        self._pool = None if urls is None else self._new_pool(urls, pool or PoolPolicy())
+        self._pool = None if urls is None else self._new_pool(urls, pool)
 
-    def _new_pool(self, urls: tuple[str, ...], policy: PoolPolicy) -> Pool:
+    def _new_pool(self, urls: tuple[str, ...], policy: PoolPolicy | None) -> Pool:
         """The pool of ``base_url=[...]``: a client per server, without retries of its
         own (a failed attempt moves to another server; ``policy.attempts`` bounds them)."""
-        from .pool import Pool
+        from .pool import Pool, PoolPolicy
+        from .retry import RetryPolicy
 
         if not urls or self.provider == ProviderEndpoint.LOCAL:
             raise ConfigurationError("a pool needs one base URL or more, on an HTTP provider")
@@ -191,7 +193,7 @@ class CucaClient:
                 retry=RetryPolicy.never(),
             )
 
-        return Pool(urls, policy, member)
+        return Pool(urls, policy or PoolPolicy(), member)
 
     def __repr__(self) -> str:
         key = "<set>" if self._api_key else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import json
-import secrets
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
@@ -244,6 +243,8 @@ class ToolResult:
 def new_call_id() -> str:
     """A fresh tool-call id for a call whose provider sent none: ``call_`` and 16
     hexadecimal digits."""
+    import secrets  # on first use: it is not needed to import cuca
+
     return "call_" + secrets.token_hex(8)
 
 

@@ -7,6 +7,7 @@ imported everything.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -50,6 +51,27 @@ def test_imports_cuca_and_its_core_names_load_no_engine_adapter_or_cli() -> None
     modules = loaded_after(code)
     assert "cuca.client" in modules  # the core did load
     assert heavy(modules) <= NAMING
+
+
+OPTIONAL = (
+    "cuca.convert",
+    "cuca.fallback",
+    "cuca.observe",
+    "cuca.pool",
+    "cuca.redaction",
+    "cuca.retry",
+    "cuca.tool_loop",
+    "cuca.tools",
+    "secrets",
+)
+"""Modules a first program's names do not need: they load when their names are used."""
+
+
+def test_imports_a_first_programs_names_load_nothing_optional() -> None:
+    modules = loaded_after("from cuca import CucaClient, ProviderEndpoint, Text, UnifiedRequest")
+    assert modules & set(OPTIONAL) == set()
+    modules = loaded_after("import cuca\ncuca.FallbackClient, cuca.Tool, cuca.RetryPolicy")
+    assert {"cuca.fallback", "cuca.tools", "cuca.retry"} <= modules
 
 
 def test_imports_a_lazy_name_loads_its_package_on_first_use() -> None:
@@ -98,7 +120,7 @@ def test_imports_lazy_names_are_visible_to_dir_and_to_type_checkers() -> None:
     ``TYPE_CHECKING`` block of cuca/__init__.py from the module ``_LAZY`` names."""
     assert set(cuca._LAZY) <= set(dir(cuca))
     for name, module in cuca._LAZY.items():
-        assert getattr(cuca, name).__module__.startswith(module)
+        assert getattr(cuca, name) is getattr(importlib.import_module(module), name)
     tree = ast.parse(Path(cuca.__file__).read_text())
     checked: dict[str, str] = {}
     for node in ast.walk(tree):
