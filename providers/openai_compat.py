@@ -2,8 +2,10 @@
 copy it (DeepSeek's native route and llama.cpp's chat route build on this module).
 
 One adapter serves them all; what differs between servers is a :class:`Dialect`, a small
-frozen record of facts (default URL, how thinking is requested, which token-limit key the
-server reads). The stream decoder lives in :mod:`.openai_decode`.
+frozen record of facts (how thinking is requested, which token-limit key the server
+reads...). A server of the provider table gets its dialect from its entry's ``chat``
+(:mod:`cuca.providers.table`), so adding one is a table entry and no code here. The
+stream decoder lives in :mod:`.openai_decode`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .base import ClientSettings, HttpRequest, ProviderAdapter, StreamDecoder
 from .openai_config import wants_responses
 from .openai_decode import ChatCompletionsDecoder, chat_error_message, error_text
 from .output_format import chat_response_format, json_object_instruction
+from .table import endpoint_info
 from .whole_response import chat_events, for_request
 
 __all__ = [
@@ -42,12 +45,11 @@ __all__ = [
     "OpenAiCompatAdapter",
     "bearer_headers",
     "chat_error_message",
+    "dialect_of",
     "encode_body",
     "encode_messages",
     "error_text",
-    "make_lm_studio",
-    "make_openai",
-    "make_vllm",
+    "make_chat",
     "reasoning_effort",
     "require_key",
 ]
@@ -86,11 +88,13 @@ class Dialect:
         return str(self.endpoint)
 
 
-OPENAI = Dialect(
-    ProviderEndpoint.OPENAI, max_tokens_field="max_completion_tokens", key_host="api.openai.com"
-)
-VLLM = Dialect(ProviderEndpoint.VLLM)
-LM_STUDIO = Dialect(ProviderEndpoint.LM_STUDIO)
+def dialect_of(endpoint: ProviderEndpoint) -> Dialect:
+    """The dialect of an OpenAI-compatible server, from its provider table entry's
+    ``chat`` (:mod:`cuca.providers.table`)."""
+    info = endpoint_info(endpoint.kind)
+    if info is None or info.chat is None:
+        raise ConfigurationError(f"{endpoint} is not an OpenAI-compatible server of the table")
+    return Dialect(endpoint, **info.chat)
 
 
 # -- request -------------------------------------------------------------------------
@@ -292,16 +296,7 @@ def _adapter(dialect: Dialect, settings: ClientSettings) -> ProviderAdapter:
     return OpenAiCompatAdapter(dialect, base, settings.api_key)
 
 
-def make_openai(settings: ClientSettings) -> ProviderAdapter:
-    """OpenAI at ``https://api.openai.com/v1`` (or any base URL that speaks its API)."""
-    return _adapter(OPENAI, settings)
-
-
-def make_vllm(settings: ClientSettings) -> ProviderAdapter:
-    """A vLLM server, by default at ``http://127.0.0.1:8000/v1``."""
-    return _adapter(VLLM, settings)
-
-
-def make_lm_studio(settings: ClientSettings) -> ProviderAdapter:
-    """LM Studio's server, by default at ``http://127.0.0.1:1234/v1``."""
-    return _adapter(LM_STUDIO, settings)
+def make_chat(settings: ClientSettings) -> ProviderAdapter:
+    """The adapter of any OpenAI-compatible server of the provider table (OpenAI, vLLM,
+    LM Studio...), in the dialect its entry gives, at its default URL or ``base_url``."""
+    return _adapter(dialect_of(settings.provider), settings)

@@ -3,19 +3,49 @@
 The registry reads it to find an endpoint's adapter and configuration type, the
 ``cuca`` command to name providers and find their keys and default models, and a test
 checks that the docs list the same providers. Adapters are named by import path, so
-reading the table imports no adapter. Adding an OpenAI-compatible server is one entry
-here (with a ``make_*`` factory in :mod:`cuca.providers.openai_compat`) and its docs page.
+reading the table imports no adapter.
+
+Adding an OpenAI-compatible server is one entry here, with its ``chat`` dialect (what it
+does differently, :class:`ChatDialect`), and its docs page: the ``/chat/completions``
+adapter builds itself from the entry. ``ProviderEndpoint.parse("name")`` and the
+attribute ``ProviderEndpoint.NAME`` work at once; for type checkers to know the
+attribute, it is also declared on :class:`~cuca.types.ProviderEndpoint` (mypy reads no
+table).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import attrs
 
-__all__ = ["ALIASES", "ENDPOINTS", "EndpointInfo", "by_cli_name", "endpoint_info", "import_path"]
+__all__ = [
+    "ALIASES",
+    "CHAT_ADAPTER",
+    "ENDPOINTS",
+    "ChatDialect",
+    "EndpointInfo",
+    "by_cli_name",
+    "endpoint_info",
+    "import_path",
+]
+
+CHAT_ADAPTER = "cuca.providers.openai_compat:make_chat"
+_OPENAI_CONFIG = "cuca.providers.openai_config:OpenAiConfig"
+"""The factory of every entry with a ``chat`` dialect: the ``/chat/completions`` adapter."""
+
+
+class ChatDialect(TypedDict, total=False):
+    """What an OpenAI-compatible server does differently (each key has a default; see
+    :class:`cuca.providers.openai_compat.Dialect` for what each means)."""
+
+    thinking: Literal["effort", "mode"]
+    max_tokens_field: str
+    echo_reasoning: Literal["always", "tool_turns"]
+    key_host: str
+    structured: Literal["json_schema", "json_object"]
 
 
 @attrs.frozen
@@ -28,7 +58,9 @@ class EndpointInfo:
     type it takes (none: it takes none); ``key_env`` the variables the command reads its key
     from, first set wins; ``key_always`` whether it refuses to send without a key
     whatever the URL (the others need one only at the vendor's own host);
-    ``default_model`` the command's default; ``docs`` its page under ``docs/providers/``.
+    ``default_model`` the command's default; ``docs`` its page under ``docs/providers/``;
+    ``chat`` the dialect of an OpenAI-compatible server served by the generic
+    ``/chat/completions`` adapter (:data:`CHAT_ADAPTER`).
     """
 
     kind: str
@@ -42,23 +74,44 @@ class EndpointInfo:
     key_always: bool = False
     default_model: str | None = None
     docs: str | None = None
+    chat: ChatDialect | None = attrs.field(default=None, eq=False, hash=False)
 
 
-_COMPAT = "cuca.providers.openai_compat"
-_OPENAI_CONFIG = "cuca.providers.openai_config:OpenAiConfig"
+def chat_server(
+    kind: str,
+    label: str,
+    base_url: str,
+    dialect: ChatDialect | None = None,
+    *,
+    key_env: tuple[str, ...] = (),
+    default_model: str | None = None,
+) -> EndpointInfo:
+    """The entry of an OpenAI-compatible server: the ``/chat/completions`` adapter in
+    ``dialect`` (every default when ``None``), taking an ``OpenAiConfig``, its command
+    name ``kind``, its docs page ``docs/providers/<kind with dashes>.md``."""
+    return EndpointInfo(
+        kind,
+        kind,
+        label,
+        "/chat/completions",
+        CHAT_ADAPTER,
+        base_url=base_url,
+        config=(_OPENAI_CONFIG,),
+        key_env=key_env,
+        default_model=default_model,
+        docs=f"{kind.replace('_', '-')}.md",
+        chat=dialect or {},
+    )
+
 
 ENDPOINTS: tuple[EndpointInfo, ...] = (
-    EndpointInfo(
-        "openai",
+    chat_server(
         "openai",
         "OpenAI",
-        "/chat/completions",
-        f"{_COMPAT}:make_openai",
-        base_url="https://api.openai.com/v1",
-        config=(_OPENAI_CONFIG,),
+        "https://api.openai.com/v1",
+        {"max_tokens_field": "max_completion_tokens", "key_host": "api.openai.com"},
         key_env=("OPENAI_API_KEY",),
         default_model="gpt-4o-mini",
-        docs="openai.md",
     ),
     EndpointInfo(
         "anthropic",
@@ -107,26 +160,8 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         default_model="default",  # llama-server serves the model it was started with
         docs="llama-cpp.md",
     ),
-    EndpointInfo(
-        "vllm",
-        "vllm",
-        "vLLM",
-        "/chat/completions",
-        f"{_COMPAT}:make_vllm",
-        base_url="http://127.0.0.1:8000/v1",
-        config=(_OPENAI_CONFIG,),
-        docs="vllm.md",
-    ),
-    EndpointInfo(
-        "lm_studio",
-        "lm_studio",
-        "LM Studio",
-        "/chat/completions",
-        f"{_COMPAT}:make_lm_studio",
-        base_url="http://127.0.0.1:1234/v1",
-        config=(_OPENAI_CONFIG,),
-        docs="lm-studio.md",
-    ),
+    chat_server("vllm", "vLLM", "http://127.0.0.1:8000/v1"),
+    chat_server("lm_studio", "LM Studio", "http://127.0.0.1:1234/v1"),
     EndpointInfo("local", "local", "a GGUF model in process", "none", None),
 )
 """Every built-in endpoint, in the order the docs and the command list them."""
@@ -134,17 +169,27 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
 ALIASES: Mapping[str, str] = {"llamacpp": "llama_cpp", "lmstudio": "lm_studio"}
 """Other spellings ``ProviderEndpoint.parse`` accepts (besides each ``cli_name``)."""
 
-_BY_KIND = {info.kind: info for info in ENDPOINTS}
-_BY_NAME = {
-    **{info.kind: info for info in ENDPOINTS},
-    **{info.cli_name: info for info in ENDPOINTS},
-    **{alias: _BY_KIND[kind] for alias, kind in ALIASES.items()},
-}
+_Index = tuple[tuple[EndpointInfo, ...], dict[str, EndpointInfo], dict[str, EndpointInfo]]
+_index: _Index | None = None
+
+
+def _lookup() -> _Index:
+    """``ENDPOINTS`` by kind and by every accepted name (rebuilt if the table changed)."""
+    global _index
+    if _index is None or _index[0] is not ENDPOINTS:
+        by_kind = {info.kind: info for info in ENDPOINTS}
+        by_name = {
+            **by_kind,
+            **{info.cli_name: info for info in ENDPOINTS},
+            **{alias: by_kind[kind] for alias, kind in ALIASES.items()},
+        }
+        _index = (ENDPOINTS, by_kind, by_name)
+    return _index
 
 
 def endpoint_info(kind: str) -> EndpointInfo | None:
     """The entry of the endpoint ``kind`` (``ProviderEndpoint.kind``), if built in."""
-    return _BY_KIND.get(kind)
+    return _lookup()[1].get(kind)
 
 
 def import_path(target: str) -> Any:
@@ -156,4 +201,4 @@ def import_path(target: str) -> Any:
 def by_cli_name(name: str) -> EndpointInfo | None:
     """The entry named ``name`` in any accepted spelling (``gemini``, ``google-gemini``,
     ``llamacpp``...), case-insensitive."""
-    return _BY_NAME.get(name.strip().lower().replace("-", "_"))
+    return _lookup()[2].get(name.strip().lower().replace("-", "_"))

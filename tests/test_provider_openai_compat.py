@@ -42,9 +42,7 @@ from cuca.providers.base import ClientSettings, Item
 from cuca.providers.openai_compat import (
     ChatCompletionsDecoder,
     OpenAiCompatAdapter,
-    make_lm_studio,
-    make_openai,
-    make_vllm,
+    make_chat,
 )
 from cuca.providers.registry import adapter_for
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
@@ -455,9 +453,9 @@ def test_decoder_other_choices_ignored() -> None:
 # -- encoding ------------------------------------------------------------------------
 
 FACTORIES = {
-    "openai": (make_openai, ProviderEndpoint.OPENAI, "https://api.openai.com/v1"),
-    "vllm": (make_vllm, ProviderEndpoint.VLLM, "http://127.0.0.1:8000/v1"),
-    "lm_studio": (make_lm_studio, ProviderEndpoint.LM_STUDIO, "http://127.0.0.1:1234/v1"),
+    "openai": (make_chat, ProviderEndpoint.OPENAI, "https://api.openai.com/v1"),
+    "vllm": (make_chat, ProviderEndpoint.VLLM, "http://127.0.0.1:8000/v1"),
+    "lm_studio": (make_chat, ProviderEndpoint.LM_STUDIO, "http://127.0.0.1:1234/v1"),
 }
 MAX_TOKENS_FIELD = {
     "openai": "max_completion_tokens",

@@ -108,3 +108,60 @@ def test_provider_table_a_config_of_another_endpoint_is_refused() -> None:
         client.adapter()
     right = CucaClient(ProviderEndpoint.ANTHROPIC, api_key="k", provider_config=AnthropicConfig())
     assert right.adapter().endpoint == ProviderEndpoint.ANTHROPIC
+
+
+ACME_BODY = (
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":'
+    b'[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":'
+    b'[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+async def test_provider_table_one_entry_adds_an_openai_compatible_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server added as one table entry (no code anywhere else) is named, dispatched,
+    configured and streamed from, in its own dialect."""
+    from cuca import OpenAiConfig, UnifiedRequest
+    from cuca.providers import table
+    from cuca.testing import Reply, open_replay_server
+
+    acme = table.chat_server(
+        "acme", "Acme", "http://127.0.0.1:1/v1", {"max_tokens_field": "max_output_tokens"}
+    )
+    monkeypatch.setattr(table, "ENDPOINTS", (*table.ENDPOINTS, acme))
+    endpoint = ProviderEndpoint.parse("ACME")
+    assert endpoint == ProviderEndpoint("acme")
+    with pytest.raises(ConfigurationError, match="acme takes an OpenAiConfig, not object"):
+        CucaClient(endpoint, provider_config=WRONG).adapter()
+    request = UnifiedRequest.new("m").add_user_message("hi").set_max_tokens(5)
+    async with open_replay_server(Reply(body=ACME_BODY)) as server:
+        config = OpenAiConfig()
+        async with CucaClient(endpoint, base_url=server.url, provider_config=config) as client:
+            done = await client.generate(request)
+    assert done.text == "hi"
+    assert done.response.provider == endpoint
+    sent = server.requests[0]
+    assert sent.path == "/chat/completions"
+    assert sent.json()["max_output_tokens"] == 5
+    assert "authorization" not in sent.headers
+
+
+def test_provider_table_declared_endpoints_are_table_entries() -> None:
+    """Each ``ProviderEndpoint.NAME`` that type checkers know names a table entry, and
+    every entry is an attribute at run time (declared or not)."""
+    from typing import get_type_hints
+
+    from cuca import types
+
+    declared = {
+        name
+        for name, hint in get_type_hints(ProviderEndpoint, vars(types)).items()
+        if "ClassVar[cuca.types.ProviderEndpoint]" in str(hint)
+    }
+    assert "OPENAI" in declared
+    assert declared <= {info.kind.upper() for info in ENDPOINTS}
+    for info in ENDPOINTS:
+        assert getattr(ProviderEndpoint, info.kind.upper()) == ProviderEndpoint(info.kind)
