@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
 
 import attrs
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from cuca.engine.model import LocalModel
-    from cuca.observe import _Watch
     from cuca.providers.base import ProviderAdapter
     from cuca.stages.pipeline import Insertion, Pipeline
     from cuca.stages.points import Point
@@ -325,38 +325,21 @@ class CucaClient:
         request = attrs.evolve(request, provider=self.provider)
         state = TurnState()
         pipeline, watch = watched(self.pipeline(stages, retry), self.plugins, request)
-        send, receive = trio.open_memory_channel[Sequence[Any]](0)
-        stream = ResponseStream(receive, state, request)
-        with receive:
-            async with background_nursery() as nursery:
-                nursery.start_soon(self._run, pipeline, watch, state, request, send)
-                yield stream
-
-    async def _run(
-        self,
-        pipeline: Pipeline,
-        watch: _Watch | None,
-        state: TurnState,
-        request: UnifiedRequest,
-        send: trio.MemorySendChannel[Any],
-    ) -> None:
-        """Run the turn; once every stage has ended, tell the observers how, then let
-        the consumer see the end."""
-        cancelled = True
-        try:
+        background, puller = pipeline.start(state, request)
+        deadline = None
+        if self.timeouts.total is not None:
             total = self.timeouts.total
-            if total is None:
-                await pipeline.run(state, request, send)
-            else:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_deadline, total, state, nursery.cancel_scope)
-                    await pipeline.run(state, request, send)
-                    nursery.cancel_scope.cancel()
-            cancelled = False
-        finally:
-            if watch is not None:
-                watch.finish(state, cancelled)
-            state.finished.set()
+            late = DeadlineExceeded(f"timed out: the turn exceeded its {total} s deadline")
+            deadline = (trio.current_time() + total, late)
+            puller.set_deadline(*deadline)
+        on_end = None if watch is None else partial(watch.finish, state)
+        stream = ResponseStream(puller, state, request, on_end)
+        async with background_nursery() as nursery:
+            nursery.start_soon(_run, background, state, deadline)
+            try:
+                yield stream
+            finally:
+                await stream._close()
 
     @asynccontextmanager
     async def generate_stream_with_response(
@@ -402,9 +385,22 @@ class CucaClient:
         return run_tools(self, request, tools, **options)
 
 
-async def _deadline(seconds: float, state: TurnState, scope: trio.CancelScope) -> None:
-    """Fail the turn once ``seconds`` have passed (the error is recorded before any
-    stage closes its channel, so the consumer always sees it)."""
-    await trio.sleep(seconds)
-    state.fail(DeadlineExceeded(f"timed out: the turn exceeded its {seconds} s deadline"))
-    scope.cancel()
+async def _run(
+    background: Callable[[], Awaitable[None]] | None,
+    state: TurnState,
+    deadline: tuple[float, Exception] | None,
+) -> None:
+    """Run the tasks of a turn (those its consumer's task does not run), within its
+    deadline; then let the consumer see that they have ended."""
+    try:
+        if background is None:
+            return
+        if deadline is None:
+            await background()
+            return
+        with trio.move_on_at(deadline[0]) as scope:
+            await background()
+        if scope.cancelled_caught:
+            state.fail(deadline[1])
+    finally:
+        state.finished.set()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, TypeAlias, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import attrs
 import trio
@@ -21,6 +21,9 @@ from .types import (
     UnifiedResponse,
 )
 
+if TYPE_CHECKING:
+    from cuca.stages.pull import Puller
+
 __all__ = ["Completion", "ResponseStream", "merge_blocks"]
 
 Item: TypeAlias = Block | CucaError
@@ -31,15 +34,23 @@ class ResponseStream:
     """The items of one turn, one at a time: blocks, and ``CucaError`` instances for
     errors that did not end the turn. An error that ended the turn is raised from the
     iteration after every item produced before it. ``response`` is set once the stream
-    has ended cleanly, from the turn's :class:`~cuca.turn.EndOfTurn`."""
+    has ended cleanly, from the turn's :class:`~cuca.turn.EndOfTurn`.
+
+    The stream pulls its batches from the turn's :class:`~cuca.stages.pull.Puller`: the
+    last stages of the turn run in the task that iterates it. ``on_end(cancelled)`` is
+    called once, when the turn has ended, before the consumer sees the end (or when it
+    left early: the client then calls ``_close``).
+    """
 
     def __init__(
         self,
-        receive: trio.MemoryReceiveChannel[Sequence[Any]],
+        puller: Puller,
         state: TurnState,
         request: UnifiedRequest,
+        on_end: Callable[[bool], None] | None = None,
     ) -> None:
-        self._receive = receive
+        self._puller = puller
+        self._on_end = on_end
         self._state = state
         self._request = request
         self._end: EndOfTurn | None = None
@@ -103,8 +114,8 @@ class ResponseStream:
         if self._ended:
             raise StopAsyncIteration
         try:
-            self._batch = await self._receive.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
+            self._batch = await self._puller.pull()
+        except trio.EndOfChannel:
             self._ended = True
             self._batch, self._index = (), 0
             await self._finish()
@@ -115,6 +126,7 @@ class ResponseStream:
         """The last stage is done, but an upstream one may still fail (a user stage that
         closed its output early): the turn ends when all have."""
         await self._state.finished.wait()
+        self._report_end(cancelled=False)
         if self._state.error is not None:
             raise self._state.error from None
         if self._end is None:
@@ -123,6 +135,20 @@ class ResponseStream:
             )
         self._request = self._end.request
         self._response = self._end.response()
+
+    def _report_end(self, cancelled: bool) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(cancelled)
+
+    async def _close(self) -> None:
+        """The consumer is done with the turn, at its end or before: close what the last
+        stages hold open (the response), and report the turn cancelled if it had not
+        ended."""
+        try:
+            await self._puller.aclose()
+        finally:
+            self._report_end(cancelled=self._end is None)
 
     @property
     def response(self) -> UnifiedResponse | None:

@@ -11,9 +11,11 @@ other turns go on).
 ``output_parse`` feeds those pieces to an :class:`~cuca.engine.output.OutputParser`
 and, at the end, emits the turn's :class:`~cuca.turn.EndOfTurn` with the exact usage.
 
-Both are chained stages (:mod:`cuca.stages.chain`): the relay's pump pushes each batch
-straight through the output parser and the hooks to the consumer's channel, so a token's
-way from the engine thread to the consumer costs one wake-up and one channel send.
+Both are chained stages (:mod:`cuca.stages.chain`), ``engine`` a source: each wake-up
+from the engine thread gives one batch, which goes straight through the output parser
+and the hooks. With no user stage after ``engine``, the consumer's task pulls it
+(:mod:`cuca.stages.pull`): a token's way from the engine thread to the consumer costs one
+wake-up of the consumer, and no channel send.
 
 Between the two stages travel the records of :mod:`~cuca.engine.records`. This module
 builds the stages from a model; the model knows nothing of the stages.
@@ -28,12 +30,13 @@ turn's sequence for the conversation's next turn.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
 from typing import Any, Protocol
 
 import trio
 
-from cuca.stages.chain import Chained, Sink, Step
+from cuca.stages.chain import Chained, Sink, Step, source_stage
 from cuca.turn import EndOfTurn
 from cuca.types import PromptCacheUsage, TokenUsage, TurnSummary, UnifiedRequest
 
@@ -86,8 +89,7 @@ class _Relay:
         self._wake_scheduled = False
         self._result: TurnEnd | BaseException | None = None
         self._ready = trio.Event()
-        self.finished = False  # the pump has passed everything on, the end included
-        self.error: Exception | None = None  # raised by the stages after the engine
+        self.finished = False  # the engine finished the turn and every piece was taken
 
     # -- engine thread side ----------------------------------------------------------
 
@@ -137,27 +139,17 @@ class _Relay:
         assert result is not None
         return result
 
-    async def pump(self, send: Sink[Any]) -> None:
-        """Send every batch the engine produces until it finishes the turn. ``send`` runs
-        the chained stages after the engine; an error there is kept in ``error`` (and
-        stops the turn), so that it leaves the turn unwrapped."""
-        try:
-            while True:
-                await self._woken()
-                with self._lock:
-                    items, self._items = self._items, []
-                    done = self._result is not None
-                if len(items) >= self._limit:
-                    self._wake_engine()  # the turn sat out: it has room again
-                if items:
-                    await send.send(items)
-                if done:
-                    self.finished = True
-                    return
-        except trio.BrokenResourceError:
-            pass  # nobody listens any more: stop generating, quietly
-        except Exception as exc:
-            self.error = exc
+    async def next_batch(self) -> tuple[list[Any], bool]:
+        """Wait for the engine thread; what it produced since the last call, and
+        whether it has finished the turn."""
+        await self._woken()
+        with self._lock:
+            items, self._items = self._items, []
+            done = self._result is not None
+        if len(items) >= self._limit:
+            self._wake_engine()  # the turn sat out: it has room again
+        self.finished = done
+        return items, done
 
     async def wait_result(self) -> None:
         """Wait until the engine has finished the turn (it was told to stop)."""
@@ -165,13 +157,19 @@ class _Relay:
             await self._woken()
 
 
-async def _run_turn(engine: Engine, request: UnifiedRequest, send: Sink[Any]) -> TurnEnd:
-    """Run ``request`` on ``engine``, relaying its pieces to ``send``."""
+async def _run_turn(engine: Engine, request: UnifiedRequest) -> AsyncGenerator[list[Any], None]:
+    """Run ``request`` on ``engine``: its token pieces as the engine produces them, then
+    its :class:`TurnEnd`. Closed early (the consumer left, a later stage failed), the
+    turn is withdrawn or stopped before this returns."""
     prepared = await trio.to_thread.run_sync(engine.prepare, request)
     relay = _Relay(engine.wake)
     ticket = engine.submit(prepared, relay)
     try:
-        await relay.pump(send)
+        done = False
+        while not done:
+            items, done = await relay.next_batch()
+            if items:
+                yield items
     finally:
         if not relay.finished:
             relay.stop_flag.set()
@@ -180,25 +178,25 @@ async def _run_turn(engine: Engine, request: UnifiedRequest, send: Sink[Any]) ->
             else:
                 with trio.CancelScope(shield=True):
                     await relay.wait_result()
-    if relay.error is not None:
-        raise relay.error
-    return relay.result()
+    yield [relay.result()]
 
 
 def engine_stage(engine: Engine) -> Chained[UnifiedRequest, Any]:
-    """The ``engine`` stage: each request in, then its token pieces (see module doc).
+    """The ``engine`` stage: each request in, then its token pieces (see module doc), a
+    source (:func:`~cuca.stages.chain.source_stage`).
 
     The request itself goes first, so that ``output_parse`` can end the turn with it.
     """
 
-    class EngineStep(Step[UnifiedRequest, Any]):
-        async def send(self, batch: Sequence[UnifiedRequest], /) -> None:
-            for request in batch:
-                await self.out.send([request])
-                end = await _run_turn(engine, request, self.out)
-                await self.out.send([end])
+    async def run(batch: Sequence[UnifiedRequest]) -> AsyncGenerator[Sequence[Any], None]:
+        for request in batch:
+            yield [request]
+            turn = _run_turn(engine, request)
+            async with aclosing(turn):
+                async for items in turn:
+                    yield items
 
-    return Chained(EngineStep)
+    return source_stage(run)
 
 
 def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[Any, Any]:

@@ -3,8 +3,9 @@
 The built-in points of a turn, and the item type at each hop, are declared once in
 :mod:`cuca.stages.points`: over HTTP ``request_hooks``, ``encode``, ``transport``,
 ``sse_parse``, ``decode`` and ``chunk_hooks``; on the local engine ``request_hooks``,
-``engine``, ``output_parse`` and ``chunk_hooks``. The built-in stages are chained: they
-run in one task, and a channel exists only where a user stage was inserted. Insert your
+``engine``, ``output_parse`` and ``chunk_hooks``. The built-in stages are chained into
+one call chain, the last of which runs in the consumer's task as it pulls
+(:mod:`cuca.stages.pull`); a channel exists only where a user stage was inserted. Insert your
 own with :func:`before` or :func:`after` (a point, or its name); :func:`map_items` and
 :func:`tap` build simple stages from a function, and :func:`redact_text` hides secrets in
 streamed text, across delta boundaries.

@@ -29,7 +29,7 @@ from cuca.retry import RetryPolicy, parse_retry_after
 from cuca.turn import EndOfTurn
 from cuca.types import UnifiedRequest
 
-from .chain import Chained, Sink, Step, StopInput
+from .chain import Chained, Sink, Step, StopInput, source_stage
 from .items import EncodedRequest, ResponseHead
 from .protocols import Decoder, Framer, WireRequest
 from .sse import SseEvent
@@ -56,26 +56,38 @@ def transport_stage(
     error_text: ErrorText,
     retry: RetryPolicy | None = None,
 ) -> Chained[EncodedRequest, ResponseHead | bytes]:
-    """Send each request; forward a :class:`ResponseHead`, then the body, one batch per
-    network read.
+    """Send each request; produce a :class:`ResponseHead`, then the body, one batch per
+    network read (a source: see :mod:`cuca.stages.chain`).
 
     Failures before the first body byte (connection errors, 408/409/429/5xx) are
     retried per ``retry``; a non-2xx status that is not retried (or retried too often)
     raises the :class:`~cuca.errors.HttpStatusError` of its kind with the body and the
     vendor's own message; httpx failures become the :class:`TransportError` of their
     kind (``ConnectError``, ``ReadTimeout``, ``StreamIncomplete`` for a body cut short).
-    The response is closed when the body ends, when the chain wants no more
-    (:class:`~cuca.stages.chain.StopInput`), on error and on cancellation.
+    The response is closed when the body ends, when the reader stops early (the decoder
+    saw the end marker, an error, a cancellation: the iterator is closed) and on error.
     """
     policy = retry if retry is not None else RetryPolicy()
 
-    class Transport(Step[EncodedRequest, ResponseHead | bytes]):
-        async def send(self, batch: Sequence[EncodedRequest], /) -> None:
-            for encoded in batch:
-                response = await _open(http, encoded.http, error_text, policy)
-                await _forward(encoded.request, response, self.out, encoded.http.url)
+    async def transport(
+        batch: Sequence[EncodedRequest],
+    ) -> AsyncGenerator[Sequence[ResponseHead | bytes], None]:
+        for encoded in batch:
+            response = await _open(http, encoded.http, error_text, policy)
+            url = encoded.http.url
+            try:
+                headers = tuple(response.headers.multi_items())
+                yield [ResponseHead(encoded.request, response.status_code, headers)]
+                chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+                async with aclosing(chunks):
+                    async for chunk in chunks:
+                        yield [chunk]
+            except httpx.HTTPError as exc:
+                raise _transport_error(exc, url, streaming=True) from exc
+            finally:
+                await response.aclose()
 
-    return Chained(Transport)
+    return source_stage(transport)
 
 
 async def _open(
@@ -154,27 +166,6 @@ def _safe_url(url: str) -> str:
 def _retryable(exc: httpx.HTTPError) -> bool:
     """Errors where the server cannot have started answering: safe to send again."""
     return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
-
-
-async def _forward(
-    request: UnifiedRequest,
-    response: httpx.Response,
-    out: Sink[ResponseHead | bytes],
-    url: str,
-) -> None:
-    try:
-        headers = tuple(response.headers.multi_items())
-        await out.send([ResponseHead(request, response.status_code, headers)])
-        chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                await out.send([chunk])
-    except StopInput:
-        pass  # the decoder saw the end marker and drained enough: hang up
-    except httpx.HTTPError as exc:
-        raise _transport_error(exc, url, streaming=True) from exc
-    finally:
-        await response.aclose()
 
 
 def _transport_error(exc: httpx.HTTPError, url: str, streaming: bool = False) -> TransportError:

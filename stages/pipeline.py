@@ -2,10 +2,11 @@
 memory channels where they must be.
 
 A :class:`Pipeline` is an ordered tuple of named stages. Built-in stages are
-:class:`~cuca.stages.chain.Chained`: consecutive ones run as one call chain in one task.
-A user's stage is an actor ``async def stage(receive, send)`` with a task of its own, so
-inserting one (:func:`before`, :func:`after`) splits the chain there with a channel on
-each side::
+:class:`~cuca.stages.chain.Chained`: consecutive ones run as one call chain, the last
+such chain in the consumer's own task (:mod:`cuca.stages.pull`), any before it in a
+task of the turn's nursery. A user's stage is an actor ``async def stage(receive,
+send)`` with a task of its own, so inserting one (:func:`before`, :func:`after`) splits
+the chain there with a channel on each side::
 
     async def count_bytes(receive, send):
         async with send:
@@ -25,6 +26,7 @@ error.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, Generic, TypeAlias, TypeVar, overload
 
 import attrs
@@ -35,6 +37,7 @@ from cuca.turn import TurnState
 
 from .chain import Chained, Sink, StopInput
 from .points import POINTS, Point
+from .pull import ChainPuller, ChannelPuller, Puller, Upstream, UpstreamFailed
 
 __all__ = ["Insertion", "NamedStage", "Pipeline", "Stage", "after", "before"]
 
@@ -113,7 +116,8 @@ class Pipeline:
     @property
     def tasks(self) -> tuple[tuple[str, ...], ...]:
         """The stage names each task of the turn runs: consecutive built-in stages
-        share one task, each user stage has its own."""
+        share one task, each user stage has its own; the last group, when it is a chain
+        of built-in stages, runs in the consumer's task."""
         return tuple(tuple(stage.name for stage in unit) for unit in self._units())
 
     def insert(self, insertion: Insertion[Any]) -> Pipeline:
@@ -144,29 +148,62 @@ class Pipeline:
                 units.append([stage])
         return units
 
-    async def run(self, state: TurnState, first: Any, out: trio.MemorySendChannel[Any]) -> None:
-        """Run every stage until the last one closes ``out``.
+    def start(
+        self, state: TurnState, first: Any
+    ) -> tuple[Callable[[], Awaitable[None]] | None, Puller]:
+        """The turn that starts with ``first`` (sent to the first stage as a one-item
+        batch): the tasks it needs, as one function to run in a nursery (``None`` when
+        it needs none), and the :class:`~cuca.stages.pull.Puller` its consumer reads.
 
-        ``first`` is sent to the first stage as a one-item batch. Returns when every
-        stage has ended; errors are recorded on ``state``, never raised. The caller sets
-        ``state.finished`` once it is done with the turn.
+        The last run of chained stages is run by the consumer's task as it pulls
+        (:mod:`cuca.stages.pull`); every unit before it gets a task, joined by channels.
+        Errors are recorded on ``state``, never raised; the caller sets
+        ``state.finished`` once the tasks have ended.
         """
+        units = self._units()
+        last = units[-1]
+        if not isinstance(last[0].run, Chained):  # a user stage ends the turn
+            send, receive = trio.open_memory_channel[Sequence[Any]](0)
+            return partial(self._run_units, units, state, first, send, _Ended()), ChannelPuller(
+                receive
+            )
+        stages = [stage.run for stage in last if isinstance(stage.run, Chained)]
+        if len(units) == 1:
+            return None, ChainPuller(stages, _first(first), state)
+        send, receive = trio.open_memory_channel[Sequence[Any]](self.buffer)
+        ended = _Ended()
+        background = partial(self._run_units, units[:-1], state, first, send, ended)
+        point = POINTS.get(last[0].name)
+        upstream = units[-2][-1].name
+        head = None if point is None else partial(_Checked, point=point, upstream=upstream)
+        puller = ChainPuller(stages, _from(receive, ended), state, head, receive.close)
+        return background, puller
+
+    async def _run_units(
+        self,
+        units: list[list[NamedStage]],
+        state: TurnState,
+        first: Any,
+        out: trio.MemorySendChannel[Any],
+        out_ended: _Ended,
+    ) -> None:
+        """Run ``units`` as tasks until the last one closes ``out`` (``out_ended`` tells
+        when it has ended, and whether it failed)."""
         send, receive = trio.open_memory_channel[Sequence[Any]](1)
         send.send_nowait([first])
         send.close()
         upstream_ended: _Ended | None = None
         async with trio.open_nursery() as nursery:
-            units = self._units()
             for index, unit in enumerate(units):
                 if index == len(units) - 1:
-                    next_send, next_receive = out, None
+                    next_send, next_receive, ended = out, None, out_ended
                 else:
                     next_send, next_receive = trio.open_memory_channel[Sequence[Any]](
                         self.buffer
                     )
+                    ended = _Ended()
                 name = "+".join(stage.name for stage in unit)
                 upstream = units[index - 1][-1].name if index else None
-                ended = _Ended()
                 task = _task(unit, upstream, upstream_ended, receive, next_send, state)
                 nursery.start_soon(ended.track, task, name=name)
                 upstream_ended = ended
@@ -174,12 +211,43 @@ class Pipeline:
                     receive = next_receive
 
 
+def _first(first: Any) -> Upstream:
+    """The input of a turn whose consumer runs it all: ``first``, then nothing."""
+    given = False
+
+    async def upstream() -> Sequence[Any] | None:
+        nonlocal given
+        if given:
+            return None
+        given = True
+        return [first]
+
+    return upstream
+
+
+def _from(receive: trio.MemoryReceiveChannel[Sequence[Any]], ended: _Ended) -> Upstream:
+    """The input of the last chain from the task before it; its end is a clean end only
+    once that task has ended without error (a user stage that raised has closed its
+    output on the way out)."""
+
+    async def upstream() -> Sequence[Any] | None:
+        try:
+            return await receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            await ended.event.wait()
+            if ended.failed:
+                raise UpstreamFailed from None
+            return None
+
+    return upstream
+
+
 class _Ended:
-    """Whether a task of the turn has ended, and whether it failed."""
+    """Whether a task of the turn has ended, and whether it failed (or was cancelled)."""
 
     def __init__(self) -> None:
         self.event = trio.Event()
-        self.failed = False
+        self.failed = True  # until the task has returned cleanly
 
     async def track(self, task: Callable[[], Awaitable[bool]]) -> None:
         try:
@@ -210,7 +278,7 @@ def _task(
         head = stage.run.open(head)
     point = POINTS.get(unit[0].name)
     if upstream is not None and point is not None:
-        head = _Checked(head, point, upstream)
+        head = _Checked(head, point=point, upstream=upstream)
 
     async def chain() -> bool:
         return await _drive(head, receive, send, state, upstream_ended)
@@ -277,7 +345,7 @@ class _Checked:
     """The head of a chain fed by a user stage: every item must be of a type the first
     built-in stage reads, or the turn ends with a PluginError naming the user stage."""
 
-    def __init__(self, head: Sink[Any], point: Point[Any, Any], upstream: str) -> None:
+    def __init__(self, head: Sink[Any], *, point: Point[Any, Any], upstream: str) -> None:
         self._head = head
         self._point = point
         self._upstream = upstream

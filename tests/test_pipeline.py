@@ -144,3 +144,50 @@ async def test_pipeline_a_stage_that_misuses_its_channel_fails_the_turn() -> Non
                     async for _ in stream:
                         pass
             assert stream.response is None
+
+
+async def test_pipeline_without_user_stages_runs_in_the_consumers_task() -> None:
+    """No channel hop between the network and the consumer: the chunk hooks (the last
+    stage) run in the task that iterates the stream, and no other task of the turn
+    is running while it reads."""
+    from cuca import CucaPlugin
+
+    seen: list[trio.lowlevel.Task] = []
+    running: list[str] = []
+
+    class Where(CucaPlugin):
+        name = "where"
+
+        async def on_stream_chunk(self, block: Any) -> Any:
+            me = trio.lowlevel.current_task()
+            seen.append(me)
+            tasks = [t.name for n in me.child_nurseries for t in n.child_tasks]
+            running.extend(name for name in tasks if not name.startswith("cuca.testing"))
+            return block
+
+    async with open_replay_server(Reply(frames("a", "b", "c"), chunks=[9] * 4)) as server:
+        async with CucaClient(FAKE, base_url=server.url, plugins=[Where()]) as client:
+            async with client.generate_stream(REQUEST) as stream:
+                items = [item async for item in stream]
+    assert items == [Text("a"), Text("b"), Text("c")]
+    assert seen == [trio.lowlevel.current_task()] * 3
+    assert running == []
+
+
+async def test_pipeline_a_read_cancelled_mid_stream_is_an_error_not_a_cut_turn() -> None:
+    """What the user sees: cancelling one ``__anext__`` while it waits for the network
+    closes the response; iterating again raises a TransportError, never a clean end
+    of a turn that was cut."""
+    from cuca import TransportError
+
+    reply = Reply(frames("a", "b"), chunks=[9, 9], delay=0.5)
+    async with open_replay_server(reply) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            async with client.generate_stream(REQUEST) as stream:
+                with trio.move_on_after(0.2) as scope:
+                    await stream.__anext__()
+                assert scope.cancelled_caught
+                with pytest.raises(TransportError, match="read was cancelled"):
+                    await stream.__anext__()
+            assert stream.response is None
+            assert (await client.generate(REQUEST)).text == "ab"  # the client still works
