@@ -17,6 +17,7 @@ raises ends the turn with a :class:`~cuca.errors.PluginError`.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -69,10 +70,15 @@ class TurnObserver:
 
 class _Watch:
     """The observers of one turn, created when the request leaves the request hooks.
-    An observer that raises is reported under its plugin's name."""
+    An observer that raises is reported under its plugin's name.
+
+    Observers are created in the context (``contextvars``) of the task that opened the
+    turn, which may not be the one that reads it (the tool loop opens a step's turn, its
+    consumer reads it): a trace plugin's span has the opener's span for parent."""
 
     def __init__(self, plugins: Sequence[CucaPlugin], request: UnifiedRequest) -> None:
         self.plugins = plugins
+        self.context = contextvars.copy_context()
         self.request = request  # as given, until the request hooks have run
         self.observers: list[tuple[str, TurnObserver]] | None = None
         self.raw: list[tuple[str, TurnObserver]] = []
@@ -83,7 +89,7 @@ class _Watch:
             self.observers = []
             for plugin in self.plugins:
                 try:
-                    observer = plugin.observe(request)
+                    observer = self.context.run(plugin.observe, request)
                 except Exception as exc:
                     raise _failed(plugin.name, "observe", exc) from exc
                 if observer is not None:

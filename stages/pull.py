@@ -105,6 +105,7 @@ class ChainPuller(Puller):
         self._input_ended = False
         self._done = False
         self._interrupted = False
+        self._waiting = False
 
     async def pull(self) -> Sequence[Any]:
         while True:
@@ -126,7 +127,8 @@ class ChainPuller(Puller):
                 self._state.fail(exc)
                 await self._stop()
             except BaseException:
-                self._done = self._interrupted = True  # a cancelled read: the source is gone
+                if not self._waiting:  # cancelled mid-read: the source is gone
+                    self._done = self._interrupted = True
                 raise
 
     async def _step_within(self, when: float, error: Exception) -> None:
@@ -153,7 +155,9 @@ class ChainPuller(Puller):
                 self._input_ended = True
             return
         if not self._input_ended:
+            self._waiting = True  # for a user stage's batch: a cancel here loses nothing
             batch = await self._upstream()
+            self._waiting = False
             if batch is None:
                 self._input_ended = True
                 if self._source is not None:
@@ -172,7 +176,8 @@ class ChainPuller(Puller):
 
     async def _close_source(self) -> None:
         reading, self._reading = self._reading, None
-        if reading is not None:
+        # a source another task is reading is closed by trio once that task lets go of it
+        if reading is not None and not getattr(reading, "ag_running", False):
             await reading.aclose()
 
     async def _stop(self) -> None:

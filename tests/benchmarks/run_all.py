@@ -25,6 +25,10 @@ RUNS = [
     ("tool loop CPU per step, 20,000 chunks (issue: tools)", ["bench_tool_loop.py"]),
     ("local engine vs llama-cpp-python and llama-server (issue: engine)", ["bench_engine.py"]),
     (
+        "local engine: per-token hand-off from its thread vs a channel send (issue: core)",
+        ["bench_engine_handoff.py"],
+    ),
+    (
         "structured output: grammar vs none vs llama-cpp-python (issue: api)",
         ["bench_grammar.py"],
     ),
