@@ -47,6 +47,7 @@ SUBMODULES = {
     "chain",
     "items",
     "points",
+    "pull",
     "redaction",
     "redact",
     "TYPE_CHECKING",
