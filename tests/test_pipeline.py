@@ -191,3 +191,16 @@ async def test_pipeline_a_read_cancelled_mid_stream_is_an_error_not_a_cut_turn()
                     await stream.__anext__()
             assert stream.response is None
             assert (await client.generate(REQUEST)).text == "ab"  # the client still works
+
+
+async def test_pipeline_a_compressed_body_is_decoded_before_parsing() -> None:
+    """A server that gzips its event stream: the transport hands on the decoded bytes
+    (an uncompressed one gets the raw reads, without a decoding layer)."""
+    import gzip
+
+    body = gzip.compress(frames("a", "b"))
+    headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+    async with open_replay_server(Reply(body, headers=headers, chunks=[10] * 20)) as server:
+        async with CucaClient(FAKE, base_url=server.url) as client:
+            done = await client.generate(REQUEST)
+    assert done.text == "ab"
