@@ -88,40 +88,34 @@ async def pacing_alone(tokens: int) -> tuple[int, int]:
     return tokens, 0  # nothing handed over
 
 
-async def bare_send(tokens: int) -> tuple[int, int]:
-    send, receive = trio.open_memory_channel[int](0)
+async def bare(tokens: int, wait: bool) -> tuple[int, int]:
+    """A channel send from the thread per token: ``send`` through ``from_thread.run``
+    (``wait``), or ``send_nowait`` through ``from_thread.run_sync`` into a channel with
+    room for all."""
+    send, receive = trio.open_memory_channel[int](0 if wait else tokens + 1)
     token = trio.lowlevel.current_trio_token()
 
     def hand(i: int) -> None:
         if i < 0:
             trio.from_thread.run_sync(send.close, trio_token=token)
-        else:
+        elif wait:
             trio.from_thread.run(send.send, i, trio_token=token)
-
-    paced(tokens, hand)
-    got = wakeups = 0
-    async for _ in receive:
-        got += 1
-        wakeups += 1
-    return got, wakeups
-
-
-async def bare_send_nowait(tokens: int) -> tuple[int, int]:
-    send, receive = trio.open_memory_channel[int](tokens + 1)
-    token = trio.lowlevel.current_trio_token()
-
-    def hand(i: int) -> None:
-        if i < 0:
-            trio.from_thread.run_sync(send.close, trio_token=token)
         else:
             trio.from_thread.run_sync(send.send_nowait, i, trio_token=token)
 
     paced(tokens, hand)
-    got = wakeups = 0
+    got = 0
     async for _ in receive:
         got += 1
-        wakeups += 1
-    return got, wakeups
+    return got, got
+
+
+async def bare_send(tokens: int) -> tuple[int, int]:
+    return await bare(tokens, wait=True)
+
+
+async def bare_send_nowait(tokens: int) -> tuple[int, int]:
+    return await bare(tokens, wait=False)
 
 
 async def cuca_handoff(tokens: int) -> tuple[int, int]:
