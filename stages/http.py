@@ -1,9 +1,9 @@
 """The HTTP stages of a turn: adapter encode, transport, SSE parse, adapter decode.
 
 Each is a thin chained stage (:mod:`cuca.stages.chain`) around an I/O-free object (the
-adapter's encoder, framer and decoder) except the transport, which owns the only socket
-of the turn and pushes each network read down the chain as one batch, so the per-stage
-cost is paid per read, not per token.
+adapter's encoder, framer and decoder) except the transport, a source that owns the only
+socket of the turn and produces each network read as one batch, so the per-stage cost
+is paid per read, not per token.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import trio
 from cuca.errors import ConfigurationError, PluginError
 from cuca.turn import TurnState
 
-from .chain import Chained, Sink, StopInput
+from .chain import Chained, Sink, StopInput, open_chain
 from .points import POINTS, Point
 from .pull import ChainPuller, ChannelPuller, Puller, Upstream, UpstreamFailed
 
@@ -272,10 +272,7 @@ def _task(
             return await _guarded(first, receive, send, state)
 
         return actor
-    head: Sink[Any] = send
-    for stage in reversed(unit):
-        assert isinstance(stage.run, Chained)
-        head = stage.run.open(head)
+    head = open_chain([stage.run for stage in unit if isinstance(stage.run, Chained)], send)
     point = POINTS.get(unit[0].name)
     if upstream is not None and point is not None:
         head = _Checked(head, point=point, upstream=upstream)
