@@ -16,7 +16,7 @@ import attrs
 from support.transcripts import decode_chunks, transcript
 
 from cuca import CucaClient, OpenAiApi, OpenAiConfig, ProviderEndpoint
-from cuca.errors import CucaError
+from cuca.errors import CucaError, ToolCallError
 from cuca.providers.base import ClientSettings, Item, ProviderAdapter
 from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
 from cuca.providers.registry import adapter_for
@@ -370,13 +370,23 @@ SYNTHETIC_ID = re.compile(r"call_[0-9a-f]{16}")
 
 def normalized(items: list[Item]) -> list[Item]:
     """Items with made-up tool call ids (``call_`` + 16 hex, random) replaced by a fixed
-    one, so that two decodings of the same bytes compare equal."""
-    return [
-        attrs.evolve(i, id="call_<synthetic>")
-        if isinstance(i, ToolCall) and SYNTHETIC_ID.fullmatch(i.id)
-        else i
-        for i in items
-    ]
+    one, so that two decodings of the same bytes compare equal: a ToolCall's ``id``, and
+    a ToolCallError's ``tool_call_id`` (a malformed call that arrived without an id)."""
+    return [_fixed_id(item) for item in items]
+
+
+def _fixed_id(item: Item) -> Item:
+    if isinstance(item, ToolCall) and SYNTHETIC_ID.fullmatch(item.id):
+        return attrs.evolve(item, id="call_<synthetic>")
+    if isinstance(item, ToolCallError) and SYNTHETIC_ID.fullmatch(item.tool_call_id or ""):
+        return ToolCallError(
+            item.provider,
+            item.message,
+            tool_call_id="call_<synthetic>",
+            name=item.name,
+            raw=item.raw,
+        )
+    return item
 
 
 def _any_id(item: Item) -> Item:
