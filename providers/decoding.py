@@ -26,6 +26,10 @@ __all__ = ["Shape", "decode_frame", "json_body", "tool_arguments"]
 
 T = TypeVar("T")
 
+MAX_DROPPED = 16
+"""Wrongly typed values dropped from one frame before it is refused: each drop
+validates the frame again, so a hostile frame full of them costs a bounded time."""
+
 _WHERE = re.compile(r" - at `\$((?:\.\w+|\[\d+\])+)`$")
 _STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
 
@@ -50,13 +54,15 @@ def decode_frame(decoder: msgspec.json.Decoder[T], data: str, provider: str) -> 
         value = msgspec.json.decode(data)
     except RecursionError as exc:  # a wrongly typed key cut the typed decoding short
         raise _not_json(data, provider) from exc
-    while True:
+    for _ in range(MAX_DROPPED):
         try:
             return msgspec.convert(value, decoder.type)  # type: ignore[no-any-return]
         except msgspec.ValidationError as exc:
             if not _drop(value, str(exc)):
                 message = f"unexpected frame ({exc}): {data[:200]}"
                 raise ProviderError(provider, message) from None
+    message = f"unexpected frame (over {MAX_DROPPED} values of the wrong type): {data[:200]}"
+    raise ProviderError(provider, message)
 
 
 def _not_json(data: str, provider: str) -> JsonError:

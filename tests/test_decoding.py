@@ -116,3 +116,11 @@ def test_decoding_frame_not_json_or_not_an_object_is_a_typed_error(
         ChatCompletionsDecoder("openai").feed(SseEvent(data))
     assert message in str(info.value)
     assert not isinstance(info.value, msgspec.MsgspecError)
+
+
+def test_decoding_frame_full_of_wrong_types_is_refused_in_bounded_time() -> None:
+    """A hostile frame of 100,000 wrongly typed choices: a ProviderError, not 100,000
+    passes over the frame."""
+    frame = json.dumps({"choices": [1] * 100_000})
+    with pytest.raises(ProviderError, match=r"over 16 values of the wrong type"):
+        ChatCompletionsDecoder("openai").feed(SseEvent(frame))
