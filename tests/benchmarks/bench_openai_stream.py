@@ -38,6 +38,7 @@ Never part of pass/fail.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -335,6 +336,7 @@ def main() -> None:
         process.wait()
     report(results)
     report_split(results)
+    report_encoding()
     report_paced(paced)
 
 
@@ -443,6 +445,43 @@ def report_split(results: dict[str, dict[int, dict[str, float]]]) -> None:
     print(f"  {'cuca, whole turn (the slope above)':46} {slope:6.2f}")
     share = split["JSON alone, msgspec into the struct (cuca's)"] / slope
     print(f"  JSON is {share:.0%} of cuca's chunk")
+
+
+def report_encoding(repeats: int = 200) -> None:
+    """What encoding the request body costs, as cuca does it (``json.dumps``, in
+    ``HttpRequest.body_bytes``) and with msgspec, for this benchmark's request and for a
+    100-step tool conversation; and whether the two write the same bytes."""
+    import msgspec
+
+    from cuca import ProviderEndpoint, ToolCall, UnifiedRequest
+    from cuca.providers.base import ClientSettings
+    from cuca.providers.registry import adapter_for
+
+    settings = ClientSettings(ProviderEndpoint.OPENAI, "http://127.0.0.1:9/v1", API_KEY)
+    adapter = adapter_for(settings)
+    short = UnifiedRequest.new(MODEL).add_user_message("Say hello many times.")
+    long = short.add_tool("get_weather", "The weather in a city.", {"type": "object"})
+    for step in range(100):
+        call = ToolCall(f"call_{step}", "get_weather", {"city": "Edinburgh", "units": "c"})
+        long = long.add_user_message("And the weather in Edinburgh? " * 10)
+        long = long.add_assistant_message(call).add_tool_result(call.id, "12C, rain ü 日本")
+    print("\nrequest body encoding, CPU µs per request (best of many):")
+    for name, request in (("this benchmark's request", short), ("100 tool steps", long)):
+        wire = adapter.encode(request)
+        timings = []
+        for encode in (wire.body_bytes, functools.partial(msgspec.json.encode, wire.body)):
+            runs = []
+            for _ in range(repeats):
+                cpu = time.process_time()
+                encode()
+                runs.append(time.process_time() - cpu)
+            timings.append(min(runs) * 1e6)
+        same = wire.body_bytes() == msgspec.json.encode(wire.body)
+        size = len(wire.body_bytes())
+        print(
+            f"  {name:26} {size:>7,} bytes  json.dumps (cuca) {timings[0]:7.1f}"
+            f"  msgspec {timings[1]:6.1f}  same bytes: {'yes' if same else 'no'}"
+        )
 
 
 def report_paced(results: dict[str, dict[str, float]]) -> None:
