@@ -245,31 +245,55 @@ async def test_model_thinking_on_a_model_that_cannot_reason_is_refused(
         await run_turn(model, request)
 
 
+Outcome = tuple[list[Any], TurnSummary | None]
+
+
+async def warm_and_cold(
+    first: UnifiedRequest, follow_up: str, **options: Any
+) -> tuple[TurnSummary | None, Outcome, Outcome]:
+    """A conversation's second turn on the model that ran its first (warm), and alone on
+    a fresh model (cold): the first turn's summary, then each second turn's items and
+    summary."""
+    with load(**options) as warm:
+        items, first_summary = await run_turn(warm, first)
+        second = first.add_assistant_message(text_of(items)).add_user_message(follow_up)
+        warm_outcome = await run_turn(warm, second)
+    with load(**options) as cold:
+        cold_outcome = await run_turn(cold, second)
+    return first_summary, warm_outcome, cold_outcome
+
+
 @pytest.mark.parametrize("temperature", [None, 0.0])
 async def test_model_warm_output_equals_cold_output(temperature: float | None) -> None:
+    """Bit for bit, the answer's tokens included: evaluated alone while generated, they
+    are reused, because a cold prefill evaluates the assistant's text alone too (see
+    cuca.engine.rows)."""
     first = ask("Tell me about the moon.", max_tokens=24, temperature=temperature)
-    with load() as warm:
-        items, _ = await run_turn(warm, first)
-        second = first.add_assistant_message(text_of(items)).add_user_message("And the sun?")
-        warm_items, warm_summary = await run_turn(warm, second)
-    with load() as cold:
-        cold_items, cold_summary = await run_turn(cold, second)
-    assert usage_of(warm_summary)[1] > 0
+    first_summary, (warm_items, warm_summary), (cold_items, cold_summary) = await warm_and_cold(
+        first, "And the sun?"
+    )
+    first_prompt, _, _, completion = usage_of(first_summary)
+    assert usage_of(warm_summary)[1] >= first_prompt + completion - 1
     assert usage_of(cold_summary)[1] == 0
     assert text_of(warm_items) == text_of(cold_items)
     assert usage_of(warm_summary)[3] == usage_of(cold_summary)[3]
 
 
-async def test_model_warm_turn_reuses_the_answer_it_finds_in_the_prompt() -> None:
-    """The answer's tokens, evaluated alone while generated, are reused: a cold prefill
-    evaluates the assistant's text alone too (see cuca.engine.rows)."""
-    first = ask("Tell me about the moon.", max_tokens=24)
+async def test_model_third_turn_warm_equals_cold() -> None:
+    """A cold prompt carrying two earlier answers replays both one token per step, and
+    gives the warm conversation's bits."""
+    request = ask("Name a fruit.", max_tokens=10)
+    summary: TurnSummary | None = None
     with load() as warm:
-        items, first_summary = await run_turn(warm, first)
-        second = first.add_assistant_message(text_of(items)).add_user_message("And the sun?")
-        _, summary = await run_turn(warm, second)
-    first_prompt, _, _, completion = usage_of(first_summary)
-    assert usage_of(summary)[1] >= first_prompt + completion - 1
+        for follow_up in ("Another one?", "And a vegetable?"):
+            items, summary = await run_turn(warm, request)
+            request = request.add_assistant_message(text_of(items)).add_user_message(follow_up)
+        warm_items, warm_summary = await run_turn(warm, request)
+    with load() as cold:
+        cold_items, _ = await run_turn(cold, request)
+    prompt, _, _, completion = usage_of(summary)
+    assert usage_of(warm_summary)[1] >= prompt + completion - 1
+    assert text_of(warm_items) == text_of(cold_items)
 
 
 async def test_model_an_answer_not_found_in_the_prompt_is_prefilled_again(
@@ -280,12 +304,9 @@ async def test_model_an_answer_not_found_in_the_prompt_is_prefilled_again(
     with their neighbours): the warm turn is slower, and still exact."""
     monkeypatch.setattr(model_module, "find_spans", lambda text, pieces: [])
     first = ask("Tell me about the moon.", max_tokens=24)
-    with load() as warm:
-        items, first_summary = await run_turn(warm, first)
-        second = first.add_assistant_message(text_of(items)).add_user_message("And the sun?")
-        warm_items, warm_summary = await run_turn(warm, second)
-    with load() as cold:
-        cold_items, _ = await run_turn(cold, second)
+    first_summary, (warm_items, warm_summary), (cold_items, _) = await warm_and_cold(
+        first, "And the sun?"
+    )
     assert text_of(warm_items) == text_of(cold_items)
     assert 0 < usage_of(warm_summary)[1] < usage_of(first_summary)[0]
 
@@ -293,18 +314,15 @@ async def test_model_an_answer_not_found_in_the_prompt_is_prefilled_again(
 @pytest.mark.slow
 @pytest.mark.parametrize("threads_batch", [1, 2])
 async def test_model_warm_output_equals_cold_output_past_512_tokens(threads_batch: int) -> None:
-    """Past 512 tokens of context llama.cpp splits a lone row's attention across threads;
-    a lone row always runs on ``n_threads`` (1), so more prefill threads keep it exact."""
+    """Past 512 tokens of context, with one or two threads for steps of several rows:
+    the thread count never changes a row's bits."""
     system = "The archive holds letters, ledgers and maps, sorted by year. " * 50
     first = ask("What does the archive hold?", max_tokens=16)
     first = UnifiedRequest.new("m").add_system_message(system).add_message(first.messages[0])
     first = first.set_max_tokens(16)
-    with load(n_threads_batch=threads_batch) as warm:
-        items, _ = await run_turn(warm, first)
-        second = first.add_assistant_message(text_of(items)).add_user_message("Sorted how?")
-        warm_items, warm_summary = await run_turn(warm, second)
-    with load(n_threads_batch=threads_batch) as cold:
-        cold_items, cold_summary = await run_turn(cold, second)
+    _, (warm_items, warm_summary), (cold_items, cold_summary) = await warm_and_cold(
+        first, "Sorted how?", n_threads_batch=threads_batch
+    )
     assert usage_of(warm_summary)[0] > 512
     assert usage_of(warm_summary)[1] > 512
     assert usage_of(cold_summary)[1] == 0
