@@ -13,11 +13,12 @@ the others go on.
 Exactness (the exact mode): every prompt token is evaluated the way
 :mod:`~cuca.engine.rows` gives it, whatever runs beside it. A token evaluated alone is
 the only row of its sequence in its step (generation's rows, and prefill rows taken one
-per step); tokens evaluated together go in a step of their own, two rows or more of one
-sequence (llama.cpp splits a step mixing sequences into equal shares of each, which
-could leave one row of a chunk alone). Each sequence has its own cells, and a row's
-arithmetic does not depend on the other rows of its step (see docs/local-engine.md), so
-a turn gives the same bits beside others as alone, warm as cold.
+per step); tokens evaluated together go in steps of their own, in chunks of two rows
+or more, the same size for every sequence of the step (llama.cpp splits a step into
+equal shares of its sequences, so a chunk of another size could leave a row alone).
+Each sequence has its own cells, and a row's arithmetic does not depend on the other
+rows of its step (see docs/local-engine.md), so a turn gives the same bits beside
+others as alone, warm as cold.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ IDLE_POLL = 0.05
 SHARED_CHUNK = 128
 """The most prompt tokens one prefill step evaluates while other turns wait for their
 next token (a step of 128 rows of SmolLM2-135M takes about a second on one core)."""
+
+
+def _run(turn: Turn) -> int:
+    """How many of ``turn``'s next prompt tokens go together (its run, from ``fed``)."""
+    run = 1
+    while turn.fed + run < len(turn.keys) and not alone(turn.keys[turn.fed + run]):
+        run += 1
+    return run
 
 
 def _closed() -> StreamIncomplete:
@@ -308,22 +317,25 @@ class Scheduler:
 
     def _exact_rows(self, ready: list[Turn]) -> tuple[list[Row], list[Turn]]:
         """Either one row per turn (its generated token, or its next prompt token that is
-        evaluated alone), or one chunk of a prompt's tokens evaluated together, in a step
-        of its own; the two kinds of step alternate while both have work."""
+        evaluated alone), or chunks of prompt tokens evaluated together, the same size for
+        each prompt, in a step of their own; the two kinds of step alternate while both
+        have work."""
         single = [t for t in ready if t.next_token is not None or alone(t.keys[t.fed])]
         chunked = [t for t in ready if t.next_token is None and not alone(t.keys[t.fed])]
         rows: list[Row] = []
         stepping: list[Turn] = []
         if chunked and (self._chunk_next or not single):
             self._chunk_next = False
-            turn = chunked[0]
-            run = 1
-            while turn.fed + run < len(turn.keys) and not alone(turn.keys[turn.fed + run]):
-                run += 1
+            run = _run(chunked[0])
             size = min(run, self._backend.n_batch if len(ready) == 1 else SHARED_CHUNK)
             if run - size == 1:  # never leave one token of a run to a step of its own
                 size -= 1
-            self._add_prompt(turn, size, rows, stepping)
+            # other prompts join with chunks of the same size (llama.cpp's share of each
+            # sequence in a step), as long as the step holds them
+            group = [t for t in chunked if _run(t) >= size and _run(t) - size != 1]
+            room = max(1, self._backend.n_batch // size)
+            for turn in sorted([chunked[0], *group[1:room]], key=lambda t: t.seq):
+                self._add_prompt(turn, size, rows, stepping)
             return rows, stepping
         self._chunk_next = True
         for turn in sorted(single, key=lambda t: t.seq):  # llama.cpp keeps ascending ids together

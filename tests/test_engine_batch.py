@@ -124,6 +124,19 @@ async def test_batch_turns_replaying_answers_equal_each_alone() -> None:
     assert together == alone_outcomes
 
 
+async def test_batch_prompts_of_one_length_prefill_in_one_step_and_equal_each_alone() -> None:
+    requests = [ask("Name a fruit.", 10), ask("Name a river.", 14, temperature=0.0)]
+    with load(n_seq=2) as model:
+        lengths = {len(model.tokenize_prompt(request)) for request in requests}
+        assert len(lengths) == 1  # their chunks go in the same steps
+        together = await run_together(model, requests)
+    alone_outcomes = []
+    for request in requests:
+        with load(n_seq=1) as model:
+            alone_outcomes.append(await run(model, request))
+    assert together == alone_outcomes
+
+
 async def test_batch_a_late_turn_joins_running_ones(alone: list[Outcome]) -> None:
     """Turns that arrive while others generate join the running batch (their prefill
     chunks go between the others' tokens) and still give their output alone."""
