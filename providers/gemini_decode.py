@@ -56,17 +56,13 @@ class _Shape(Shape, rename="camel"):
     """Gemini's field names are camelCase on the wire (``finishReason``)."""
 
 
-class _FunctionCall(_Shape):
-    id: str | None = None
-    name: str | None = None
-    args: Any = msgspec.UNSET  # an object; anything else is shown in the error
-
-
 class _Part(_Shape):
     text: str | None = None
     thought: bool = False
     thought_signature: str | None = None
-    function_call: _FunctionCall | None = None
+    # Read by hand, whatever its type: a part that names a call is answered by a ToolCall
+    # or a ToolCallError, never dropped as a wrongly typed value would be.
+    function_call: Any = msgspec.UNSET
 
 
 class _Content(_Shape):
@@ -163,7 +159,7 @@ class GeminiDecoder(StreamDecoder):
 
     def _part(self, part: _Part) -> list[Item]:
         signature = part.thought_signature or None
-        if part.function_call is not None:
+        if part.function_call is not msgspec.UNSET:
             return [_call(part.function_call, signature, self._new_id)]
         text = part.text or ""
         if not text and signature is None:
@@ -173,22 +169,27 @@ class GeminiDecoder(StreamDecoder):
         return [Text(text, signature=signature, provider=GEMINI if signature else None)]
 
 
-def _call(call: _FunctionCall, signature: str | None, new_id: Callable[[], str]) -> Item:
-    call_id = call.id or new_id()
-    arguments = {} if call.args is msgspec.UNSET or call.args is None else call.args
-    if not isinstance(arguments, dict) or call.name is None:
-        shown = {"name": call.name} if call.name is not None else {}
-        if call.args is not msgspec.UNSET:
-            shown["args"] = call.args
-        raw = json.dumps(shown)
+def _call(call: Any, signature: str | None, new_id: Callable[[], str]) -> Item:
+    """The part's ``functionCall`` as a call, or a ``ToolCallError`` showing what came
+    when it is not an object with a string ``name`` and object ``args``."""
+    fields = call if isinstance(call, dict) else {}
+    call_id = fields.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        call_id = new_id()
+    name = fields.get("name")
+    arguments = fields.get("args")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict) or not isinstance(name, str):
+        raw = json.dumps(call)
         return ToolCallError(
             "gemini",
             f"malformed tool call: {raw}",
             tool_call_id=call_id,
-            name=call.name,
-            raw=json.dumps(call.args) if call.args is not msgspec.UNSET else raw,
+            name=name if isinstance(name, str) else None,
+            raw=json.dumps(fields["args"]) if "args" in fields else raw,
         )
-    return ToolCall(call_id, call.name, arguments, signature=signature, provider=GEMINI)
+    return ToolCall(call_id, name, arguments, signature=signature, provider=GEMINI)
 
 
 def _raw_error_text(raw: str) -> str:

@@ -410,6 +410,34 @@ def test_gemini_decoder_malformed_call_is_an_item() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("call", "name", "raw"),
+    [
+        (None, None, "null"),
+        (5, None, "5"),
+        ({"name": 7, "args": {"x": 1}}, None, '{"x": 1}'),
+        ({"name": "weather", "args": "Paris"}, "weather", '"Paris"'),
+    ],
+)
+def test_gemini_decoder_a_wrongly_typed_call_is_never_dropped(
+    call: Any, name: str | None, raw: str
+) -> None:
+    """A part that names a ``functionCall`` of the wrong shape is not a wrongly typed
+    value that counts as absent: the user sees a ToolCallError item with what came (so a
+    tool loop answers it), and the turn goes on to its answer."""
+    chunks = [
+        {"candidates": [{"content": {"parts": [{"functionCall": call}]}}]},
+        {"candidates": [{"content": {"parts": [{"text": "ok"}]}, "finishReason": "STOP"}]},
+    ]
+    decoded = decode_bytes([b"".join(f"data: {json.dumps(c)}\r\n\r\n".encode() for c in chunks)])
+    assert decoded.error is None
+    error, text = decoded.items
+    assert isinstance(error, ToolCallError)
+    assert error.message == f"malformed tool call: {json.dumps(call)}"
+    assert (error.tool_call_id, error.name, error.raw) == ("call_0000000000000000", name, raw)
+    assert text == Text("ok")
+
+
 def test_gemini_decoder_blocked_prompt_is_a_clean_end() -> None:
     chunk = {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 7}}
     frame = f"data: {json.dumps(chunk)}\r\n\r\n".encode()
