@@ -9,8 +9,9 @@ each decoder declares for its vendor's shapes (C speed, unknown fields ignored).
 rule covers a value of the wrong type anywhere in a frame, for every vendor: it counts
 as absent, as if the vendor had not sent it (a ``true`` token count is no count, a
 choice that is a number is no choice). A decoder declares a field ``Any`` where a wrong
-type must be shown rather than dropped (Gemini's ``functionCall``: a call is never lost). Only a frame that is not the expected JSON
-object at all is a ``ProviderError``, and text that is not JSON a ``JsonError``.
+type must be shown rather than dropped (Gemini's ``functionCall``: a call is never
+lost). Only a frame that is not the expected JSON object at all is a ``ProviderError``,
+and text that is not JSON a ``JsonError``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ T = TypeVar("T")
 MAX_DROPPED = 16
 """Wrongly typed values dropped from one frame before it is refused: each drop
 validates the frame again, so a hostile frame full of them costs a bounded time."""
+
+_UNTYPED = msgspec.json.Decoder(float_hook=float)
+"""The slow path's plain decoding: a float out of range (``1e400``) is ``inf``, as
+``json.loads`` reads it, so that it is one wrongly typed value rather than a whole
+frame refused."""
 
 _WHERE = re.compile(r" - at `\$((?:\.\w+|\[\d+\])+)`$")
 _STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
@@ -52,8 +58,10 @@ def decode_frame(decoder: msgspec.json.Decoder[T], data: str, provider: str) -> 
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: hostile depth
         raise _not_json(data, provider) from exc
     try:
-        value = msgspec.json.decode(data)
-    except RecursionError as exc:  # a wrongly typed key cut the typed decoding short
+        value = _UNTYPED.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        # the typed decoding stopped at the first wrongly typed value: the text after it
+        # is read for the first time here, and may not be JSON
         raise _not_json(data, provider) from exc
     for _ in range(MAX_DROPPED):
         try:

@@ -96,12 +96,28 @@ def test_decoding_frame_wrong_type_counts_as_absent_and_the_rest_is_read() -> No
     assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (3, 0)
 
 
+def test_decoding_frame_number_out_of_range_is_one_value_not_the_frame() -> None:
+    """`1e400` is JSON (`json.loads` reads it as infinity): in a count it is no count, as
+    any float is, and the text of the frame still arrives."""
+    decoder = ChatCompletionsDecoder("openai")
+    frame = '{"choices": [{"index": 0, "delta": {"content": "hi"}}], "x": -1e999,'
+    frame += ' "usage": {"prompt_tokens": 1e400, "completion_tokens": 4}}'
+    items = decoder.feed(SseEvent(frame))
+    assert items == [Text("hi")]
+    decoder.feed(SseEvent("[DONE]"))
+    usage = decoder.summary().usage
+    assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (0, 4)
+
+
 @pytest.mark.parametrize(
     ("data", "error", "message"),
     [
         ('{"choices": [', JsonError, "openai sent a frame that is not JSON"),
         ('{"a": NaN}', JsonError, "openai sent a frame that is not JSON"),
         ('{"a": 1} {"b": 2}', JsonError, "openai sent a frame that is not JSON"),
+        # a wrongly typed value first: the typed decoding stops before the text is broken
+        ('{"choices": 5, "usage": [', JsonError, "openai sent a frame that is not JSON"),
+        ('{"choices": 5, "usage": NaN}', JsonError, "openai sent a frame that is not JSON"),
         ("[" * 5000 + "]" * 5000, JsonError, "not JSON"),
         ("[1, 2]", ProviderError, "unexpected frame (Expected `object`, got `array`)"),
         ('"text"', ProviderError, "unexpected frame (Expected `object`, got `str`)"),
