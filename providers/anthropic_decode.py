@@ -61,7 +61,7 @@ class _ContentBlock(Shape):
     type: str = ""
     id: str = ""
     name: str = ""
-    input: dict[str, Any] | None = None
+    input: Any = None  # read by hand: an input that is not an object is shown, not lost
     text: str | None = None
     thinking: str | None = None
     signature: str | None = None
@@ -76,7 +76,7 @@ class _Delta(Shape):
     text: str | None = None
     thinking: str | None = None
     signature: str | None = None
-    partial_json: str | None = None
+    partial_json: Any = None  # read by hand, as ``input``: a call is never lost
     stop_reason: str | None = None
 
 
@@ -120,8 +120,9 @@ class _OpenBlock:
     id: str = ""
     name: str = ""
     fragments: list[str] = attrs.Factory(list)
-    initial_input: dict[str, Any] | None = None
+    initial_input: Any = None
     signature: str | None = None
+    malformed: bool = False  # a fragment that was not text (kept as its JSON)
 
 
 _Handler = Callable[["AnthropicDecoder", _Event], list[Item]]
@@ -209,7 +210,7 @@ class AnthropicDecoder(StreamDecoder):
         if kind == "signature_delta":
             opened.signature = delta.signature or None
         elif kind == "input_json_delta":
-            opened.fragments.append(delta.partial_json or "")
+            self._input_fragment(opened, delta.partial_json)
         return []
 
     def _block_stop(self, payload: _Event) -> list[Item]:
@@ -249,11 +250,29 @@ class AnthropicDecoder(StreamDecoder):
     def _thinking(self, text: str | None) -> list[Item]:
         return [Thinking(text, provider=self.endpoint)] if text else []
 
+    @staticmethod
+    def _input_fragment(opened: _OpenBlock, fragment: Any) -> None:
+        if isinstance(fragment, str):
+            opened.fragments.append(fragment)
+        elif fragment is not None:  # not text: the call is shown as malformed, not lost
+            opened.fragments.append(json.dumps(fragment))
+            opened.malformed = True
+
     def _tool_call(self, opened: _OpenBlock) -> Item:
+        """The ``tool_use`` block as a call, or a ``ToolCallError`` showing what came when
+        it has no name or its input is not a JSON object (as text or as ``input``)."""
         raw = "".join(opened.fragments)
-        if not raw.strip():
-            return ToolCall(opened.id, opened.name, opened.initial_input or {})
-        parsed = tool_arguments(raw)
+        initial = opened.initial_input
+        parsed: dict[str, Any] | None
+        if raw.strip():
+            parsed = None if opened.malformed else tool_arguments(raw)
+        elif initial is None or isinstance(initial, dict):
+            parsed = initial or {}
+        else:
+            parsed, raw = None, json.dumps(initial)
+        if not opened.name:
+            message = f"malformed tool call: no tool name: {raw}"
+            return ToolCallError(self.provider, message, tool_call_id=opened.id, raw=raw)
         if parsed is None:
             return ToolCallError(
                 self.provider,

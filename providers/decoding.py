@@ -9,8 +9,8 @@ each decoder declares for its vendor's shapes (C speed, unknown fields ignored).
 rule covers a value of the wrong type anywhere in a frame, for every vendor: it counts
 as absent, as if the vendor had not sent it (a ``true`` token count is no count, a
 choice that is a number is no choice). A decoder declares a field ``Any`` where a wrong
-type must be shown rather than dropped (Gemini's ``functionCall``: a call is never
-lost). Only a frame that is not the expected JSON object at all is a ``ProviderError``,
+type must be shown rather than dropped (a tool call's name and arguments: a call is
+never lost). Only a frame that is not the expected JSON object at all is a ``ProviderError``,
 and text that is not JSON a ``JsonError``.
 """
 

@@ -79,6 +79,55 @@ def test_decoding_malformed_arguments_are_the_same_error_for_openai_and_anthropi
     assert not any(isinstance(i, ToolCall) for i in out)
 
 
+def _anthropic_tool_use(block: dict[str, object], *fragments: object) -> list[object]:
+    """The items of one Anthropic ``tool_use`` block: its start, its input fragments, its stop."""
+    start = {"type": "tool_use", "id": "t1", "name": "f", "input": {}} | block
+    events: list[dict[str, object]] = [
+        {"type": "content_block_start", "index": 0, "content_block": start},
+        *(
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "input_json_delta", "partial_json": f}}
+            for f in fragments
+        ),
+        {"type": "content_block_stop", "index": 0},
+    ]
+    decoder = AnthropicDecoder(ProviderEndpoint.ANTHROPIC, "anthropic")
+    return [item for e in events for item in decoder.feed(SseEvent(json.dumps(e), str(e["type"])))]
+
+
+@pytest.mark.parametrize(
+    ("block", "fragments", "raw"),
+    [
+        ({}, ['{"a": ', 1], '{"a": 1'),  # a fragment that is not text
+        ({}, [{"a": 1}], '{"a": 1}'),  # the input as an object where its text belongs
+        ({"input": [1]}, [], "[1]"),  # an input that is not an object, no fragments
+        ({"input": "x"}, [], '"x"'),
+    ],
+)
+def test_decoding_anthropic_tool_input_of_the_wrong_type_is_a_tool_call_error(
+    block: dict[str, object], fragments: list[object], raw: str
+) -> None:
+    """A call whose input came as something other than text (or an object at the start)
+    is a ToolCallError showing it, never a call run with empty arguments."""
+    items = _anthropic_tool_use(block, *fragments)
+    assert [type(i) for i in items] == [ToolCallError]
+    assert (items[0].tool_call_id, items[0].name, items[0].raw) == ("t1", "f", raw)
+    assert items[0].message == f"malformed tool call: {raw}"
+
+
+@pytest.mark.parametrize("name", [None, 5, ""])
+def test_decoding_anthropic_tool_use_without_a_name_is_a_tool_call_error(name: object) -> None:
+    items = _anthropic_tool_use({"name": name}, '{"a": 1}')
+    assert [type(i) for i in items] == [ToolCallError]
+    assert items[0].message == 'malformed tool call: no tool name: {"a": 1}'
+    assert (items[0].tool_call_id, items[0].raw) == ("t1", '{"a": 1}')
+
+
+def test_decoding_anthropic_tool_input_object_or_null_is_read() -> None:
+    assert _anthropic_tool_use({"input": {"a": 1}}) == [ToolCall("t1", "f", {"a": 1})]
+    assert _anthropic_tool_use({"input": None}, None, '{"a": 2}') == [ToolCall("t1", "f", {"a": 2})]
+
+
 def test_decoding_frame_wrong_type_counts_as_absent_and_the_rest_is_read() -> None:
     """A value of the wrong type is as if the vendor had not sent it: the text of the
     frame still arrives, the number in `content` and the `true` count do not."""
