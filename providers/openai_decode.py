@@ -76,7 +76,9 @@ def chat_error_message(body: str) -> str | None:
 
 class _Function(Shape):
     name: str | None = None
-    arguments: str | dict[str, Any] | None = None  # an object from servers that parse it
+    # text, or an object from servers that parse it; read by hand, so that any other
+    # value is kept as its JSON and shown in a ToolCallError rather than dropped
+    arguments: Any = None
 
 
 class _CallFragment(Shape):

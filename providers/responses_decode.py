@@ -59,7 +59,7 @@ class _OutputItem(Shape):
     id: str | None = None
     call_id: str | None = None
     name: str | None = None
-    arguments: str | None = None
+    arguments: Any = None  # read by hand: arguments that are not text are shown, not lost
     encrypted_content: str | None = None
 
 
@@ -94,7 +94,7 @@ class _Event(Shape):
     item: _OutputItem | None = None
     item_id: str | None = None
     name: str | None = None
-    arguments: str | None = None
+    arguments: Any = None  # read by hand: arguments that are not text are shown, not lost
     response: _Response | None = None
 
 
@@ -200,7 +200,7 @@ class ResponsesDecoder(StreamDecoder):
         if frame.name is not None and not call.name:
             call.name = frame.name
         if frame.arguments is not None:
-            call.args = [frame.arguments]
+            call.args = [_arguments_text(frame.arguments)]
         return self._emit(call)
 
     def _item_done(self, frame: _Event) -> list[Item]:
@@ -210,7 +210,7 @@ class ResponsesDecoder(StreamDecoder):
         if item.type == "function_call":
             call = self._open_call(item)
             if item.arguments is not None and not call.done:
-                call.args = [item.arguments]
+                call.args = [_arguments_text(item.arguments)]
             return self._emit(call)
         if item.type == "reasoning":
             signature = item.encrypted_content or None
@@ -280,6 +280,12 @@ class ResponsesDecoder(StreamDecoder):
 
 
 _NO_RESPONSE = _Response()
+
+
+def _arguments_text(arguments: Any) -> str:
+    """Arguments as their JSON text: an object a server sent parsed is read as one, any
+    other value that is not text is kept as its JSON, to be shown in a ``ToolCallError``."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def _error_event_text(frame: Any) -> str:

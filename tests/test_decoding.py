@@ -13,6 +13,7 @@ from cuca.providers.anthropic_decode import AnthropicDecoder
 from cuca.providers.decoding import json_body, tool_arguments
 from cuca.providers.gemini_decode import GeminiDecoder
 from cuca.providers.openai_decode import ChatCompletionsDecoder
+from cuca.providers.responses_decode import ResponsesDecoder
 from cuca.stages import SseEvent
 
 
@@ -126,6 +127,36 @@ def test_decoding_anthropic_tool_use_without_a_name_is_a_tool_call_error(name: o
 def test_decoding_anthropic_tool_input_object_or_null_is_read() -> None:
     assert _anthropic_tool_use({"input": {"a": 1}}) == [ToolCall("t1", "f", {"a": 1})]
     assert _anthropic_tool_use({"input": None}, None, '{"a": 2}') == [ToolCall("t1", "f", {"a": 2})]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "raw"), [([1], "[1]"), (5, "5"), (True, "true"), ({"a": 1}, None)]
+)
+def test_decoding_openai_arguments_that_are_not_text_are_shown_not_dropped(
+    arguments: object, raw: str | None
+) -> None:
+    """Arguments sent as a JSON value rather than its text: an object is read (servers
+    that parse it), anything else is a ToolCallError showing it, on both OpenAI wires,
+    never a call run with empty arguments."""
+    chat = ChatCompletionsDecoder("openai")
+    call = {"index": 0, "id": "c1", "function": {"name": "f", "arguments": arguments}}
+    chunk = {"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": "stop"}]}
+    from_chat = chat.feed(SseEvent(json.dumps(chunk)))
+
+    responses = ResponsesDecoder(ProviderEndpoint.OPENAI)
+    item = {"type": "function_call", "id": "fc1", "call_id": "c1", "name": "f"}
+    events = [
+        {"type": "response.output_item.added", "item": item},
+        {"type": "response.output_item.done", "item": item | {"arguments": arguments}},
+    ]
+    from_responses = [i for e in events for i in responses.feed(SseEvent(json.dumps(e)))]
+
+    for items in (from_chat, from_responses):
+        if raw is None:
+            assert items == [ToolCall("c1", "f", {"a": 1})]
+        else:
+            assert [type(i) for i in items] == [ToolCallError]
+            assert (items[0].tool_call_id, items[0].name, items[0].raw) == ("c1", "f", raw)
 
 
 def test_decoding_frame_wrong_type_counts_as_absent_and_the_rest_is_read() -> None:
