@@ -95,7 +95,7 @@ class _Delta(Shape):
 
 
 class _Choice(Shape):
-    index: int | None = 0
+    index: int | None = None  # absent or null: the first choice
     delta: _Delta | None = None
     finish_reason: str | None = None
 
@@ -177,7 +177,7 @@ class ChatCompletionsDecoder(StreamDecoder):
             raise ProviderError(self.provider, error_text(chunk.error))
         items: list[Item] = []
         for choice in chunk.choices or ():
-            if choice.index != 0:
+            if choice.index:  # only choice 0 is read (absent or null: it is choice 0)
                 continue
             delta = choice.delta
             if delta is not None:

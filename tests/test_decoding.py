@@ -159,6 +159,18 @@ def test_decoding_openai_arguments_that_are_not_text_are_shown_not_dropped(
             assert (items[0].tool_call_id, items[0].name, items[0].raw) == ("c1", "f", raw)
 
 
+def test_decoding_openai_choice_index_null_is_the_first_choice() -> None:
+    """`null` where a field is optional means absent: a choice whose index is null (or
+    absent) is choice 0, its text is read; choice 1 is not."""
+    decoder = ChatCompletionsDecoder("openai")
+    frames = [
+        {"choices": [{"index": None, "delta": {"content": "a"}}]},
+        {"choices": [{"delta": {"content": "b"}}, {"index": 1, "delta": {"content": "x"}}]},
+    ]
+    items = [item for f in frames for item in decoder.feed(SseEvent(json.dumps(f)))]
+    assert items == [Text("a"), Text("b")]
+
+
 def test_decoding_frame_wrong_type_counts_as_absent_and_the_rest_is_read() -> None:
     """A value of the wrong type is as if the vendor had not sent it: the text of the
     frame still arrives, the number in `content` and the `true` count do not."""
