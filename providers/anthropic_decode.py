@@ -58,14 +58,14 @@ USAGE_KEYS = (
 class _ContentBlock(Shape):
     """``content_block_start.content_block``: text, thinking, redacted_thinking, tool_use."""
 
-    type: str = ""
-    id: str = ""
-    name: str = ""
+    type: str | None = None
+    id: str | None = None
+    name: str | None = None
     input: Any = None  # read by hand: an input that is not an object is shown, not lost
     text: str | None = None
     thinking: str | None = None
     signature: str | None = None
-    data: str = ""  # redacted_thinking
+    data: str | None = None  # redacted_thinking
 
 
 class _Delta(Shape):
@@ -185,12 +185,12 @@ class AnthropicDecoder(StreamDecoder):
         block = payload.content_block
         if block is None:
             return []
-        opened = _OpenBlock(block.type, block.id, block.name)
+        opened = _OpenBlock(block.type or "", block.id or "", block.name or "")
         opened.initial_input = block.input
         opened.signature = block.signature or None
         self._open[payload.index or 0] = opened
         if block.type == "redacted_thinking":
-            return [Thinking("", signature=block.data, provider=self.endpoint, redacted=True)]
+            return [Thinking("", signature=block.data or "", provider=self.endpoint, redacted=True)]
         if block.type == "text":
             return self._text(block.text)
         if block.type == "thinking":

@@ -58,7 +58,7 @@ class _Shape(Shape, rename="camel"):
 
 class _Part(_Shape):
     text: str | None = None
-    thought: bool = False
+    thought: bool | None = None
     thought_signature: str | None = None
     # Read by hand, whatever its type: a part that names a call is answered by a ToolCall
     # or a ToolCallError, never dropped as a wrongly typed value would be.

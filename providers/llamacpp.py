@@ -186,7 +186,7 @@ class _CompletionFrame(Shape):
     ``stop: true`` frame, or an error."""
 
     content: str | None = None
-    stop: bool = False
+    stop: bool | None = None
     stop_type: str | None = None
     error: Any = None
 

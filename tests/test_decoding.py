@@ -171,6 +171,21 @@ def test_decoding_openai_choice_index_null_is_the_first_choice() -> None:
     assert items == [Text("a"), Text("b")]
 
 
+def test_decoding_null_is_absent_and_costs_no_drop() -> None:
+    """`null` in an optional field is the field absent, never a wrongly typed value: a
+    frame of 20 Gemini parts with `"thought": null` is 20 texts (20 dropped values would
+    refuse it), an Anthropic block of nulls is a text block."""
+    gemini = GeminiDecoder()
+    parts = [{"text": str(n), "thought": None, "thoughtSignature": None} for n in range(20)]
+    frame = {"candidates": [{"content": {"parts": parts}, "finishReason": None}]}
+    assert gemini.feed(SseEvent(json.dumps(frame))) == [Text(str(n)) for n in range(20)]
+
+    anthropic = AnthropicDecoder(ProviderEndpoint.ANTHROPIC, "anthropic")
+    block = {"type": "text", "id": None, "name": None, "text": "hi", "data": None}
+    start = {"type": "content_block_start", "index": None, "content_block": block}
+    assert anthropic.feed(SseEvent(json.dumps(start), "content_block_start")) == [Text("hi")]
+
+
 def test_decoding_frame_wrong_type_counts_as_absent_and_the_rest_is_read() -> None:
     """A value of the wrong type is as if the vendor had not sent it: the text of the
     frame still arrives, the number in `content` and the `true` count do not."""
