@@ -50,7 +50,11 @@ class Shape(msgspec.Struct, gc=False):
 def decode_frame(decoder: msgspec.json.Decoder[T], data: str, provider: str) -> T:
     """One frame as the struct ``decoder`` makes: :class:`~cuca.errors.JsonError` for text
     that is not JSON, the struct without its wrongly typed values otherwise (see the
-    module docstring), :class:`~cuca.errors.ProviderError` when nothing of it fits."""
+    module docstring), :class:`~cuca.errors.ProviderError` when the frame itself is of the
+    wrong type (an array for an object) or holds over ``MAX_DROPPED`` wrongly typed values.
+
+    The value to drop is found in ``msgspec``'s message (``... - at `$.a[0].b```), the only
+    place it names it; tests/test_decoding.py locks that form."""
     try:
         return decoder.decode(data)
     except msgspec.ValidationError:

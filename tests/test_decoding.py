@@ -10,7 +10,7 @@ import pytest
 from cuca import ProviderEndpoint, Text, Thinking, ToolCall, ToolCallError
 from cuca.errors import JsonError, ProviderError
 from cuca.providers.anthropic_decode import AnthropicDecoder
-from cuca.providers.decoding import json_body, tool_arguments
+from cuca.providers.decoding import Shape, decode_frame, json_body, tool_arguments
 from cuca.providers.gemini_decode import GeminiDecoder
 from cuca.providers.openai_decode import ChatCompletionsDecoder
 from cuca.providers.responses_decode import ResponsesDecoder
@@ -184,6 +184,27 @@ def test_decoding_null_is_absent_and_costs_no_drop() -> None:
     block = {"type": "text", "id": None, "name": None, "text": "hi", "data": None}
     start = {"type": "content_block_start", "index": None, "content_block": block}
     assert anthropic.feed(SseEvent(json.dumps(start), "content_block_start")) == [Text("hi")]
+
+
+class _Inner(Shape, rename="camel"):
+    text_2: str | None = None
+
+
+class _Outer(Shape):
+    items: list[_Inner] | None = None
+    count: int | None = None
+
+
+def test_decoding_msgspec_names_the_wrong_value_in_the_form_decode_frame_reads() -> None:
+    """decode_frame finds the value to drop in msgspec's message: if a msgspec release
+    words it otherwise, this fails first (and every wrongly typed value would refuse its
+    frame)."""
+    frame = '{"items": [{"text2": "a"}, {"text2": 5}], "count": true}'
+    with pytest.raises(msgspec.ValidationError) as info:
+        msgspec.json.decode(frame, type=_Outer)
+    assert str(info.value) == "Expected `str | null`, got `int` - at `$.items[1].text2`"
+    decoded = decode_frame(msgspec.json.Decoder(_Outer), frame, "openai")
+    assert decoded == _Outer([_Inner("a"), _Inner(None)], None)
 
 
 def test_decoding_frame_wrong_type_counts_as_absent_and_the_rest_is_read() -> None:
