@@ -62,7 +62,7 @@ class _Part(_Shape):
     thought_signature: str | None = None
     # Read by hand, whatever its type: a part that names a call is answered by a ToolCall
     # or a ToolCallError, never dropped as a wrongly typed value would be.
-    function_call: Any = msgspec.UNSET
+    function_call: Any = None  # null, as everywhere, is the field absent
 
 
 class _Content(_Shape):
@@ -92,7 +92,7 @@ class _Response(_Shape):
     candidates: list[_Candidate] | None = None
     usage_metadata: _UsageMetadata | None = None
     prompt_feedback: _Feedback | None = None
-    error: Any = msgspec.UNSET
+    error: Any = None
 
 
 _RESPONSE = msgspec.json.Decoder(_Response | list[_Response])
@@ -117,7 +117,7 @@ class GeminiDecoder(StreamDecoder):
             if not payload:
                 raise ProviderError("gemini", f"unexpected frame: {event.data[:200]}")
             payload = payload[0]
-        if payload.error is not msgspec.UNSET:
+        if payload.error is not None:
             raise ProviderError("gemini", _error_text(payload.error, event.data))
         if payload.usage_metadata is not None:
             self._usage = payload.usage_metadata
@@ -159,7 +159,7 @@ class GeminiDecoder(StreamDecoder):
 
     def _part(self, part: _Part) -> list[Item]:
         signature = part.thought_signature or None
-        if part.function_call is not msgspec.UNSET:
+        if part.function_call is not None:
             return [_call(part.function_call, signature, self._new_id)]
         text = part.text or ""
         if not text and signature is None:

@@ -413,7 +413,6 @@ def test_gemini_decoder_malformed_call_is_an_item() -> None:
 @pytest.mark.parametrize(
     ("call", "name", "raw"),
     [
-        (None, None, "null"),
         (5, None, "5"),
         ({"name": 7, "args": {"x": 1}}, None, '{"x": 1}'),
         ({"name": "weather", "args": "Paris"}, "weather", '"Paris"'),
@@ -436,6 +435,17 @@ def test_gemini_decoder_a_wrongly_typed_call_is_never_dropped(
     assert error.message == f"malformed tool call: {json.dumps(call)}"
     assert (error.tool_call_id, error.name, error.raw) == ("call_0000000000000000", name, raw)
     assert text == Text("ok")
+
+
+def test_gemini_decoder_function_call_null_is_absent() -> None:
+    """A proxy that writes every field, null when unset: `"functionCall": null` is no
+    call and `"error": null` no error, as null is absent everywhere; the text is read."""
+    part = {"text": "hi", "functionCall": None, "thought": None}
+    content = {"parts": [part]}
+    chunk = {"candidates": [{"content": content, "finishReason": "STOP"}], "error": None}
+    decoded = decode_bytes([f"data: {json.dumps(chunk)}\r\n\r\n".encode()])
+    assert decoded.error is None
+    assert decoded.items == [Text("hi")]
 
 
 def test_gemini_decoder_blocked_prompt_is_a_clean_end() -> None:
