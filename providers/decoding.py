@@ -9,9 +9,11 @@ each decoder declares for its vendor's shapes (C speed, unknown fields ignored).
 rule covers a value of the wrong type anywhere in a frame, for every vendor: it counts
 as absent, as if the vendor had not sent it (a ``true`` token count is no count, a
 choice that is a number is no choice). A decoder declares a field ``Any`` where a wrong
-type must be shown rather than dropped (a tool call's name and arguments: a call is
-never lost). Only a frame that is not the expected JSON object at all is a ``ProviderError``,
-and text that is not JSON a ``JsonError``.
+type must be shown rather than dropped (a tool call's arguments, Gemini's whole
+``functionCall``: a call is never lost, it becomes a ``ToolCallError``); ``null`` is
+declared absent, never a wrong type. Only a frame that is not the expected JSON object
+at all, or holds over ``MAX_DROPPED`` wrongly typed values, is a ``ProviderError``, and
+text that is not JSON a ``JsonError``.
 """
 
 from __future__ import annotations
