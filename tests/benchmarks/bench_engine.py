@@ -32,6 +32,9 @@ Many conversations at once (``--concurrency`` runs only these):
   first token of each second turn, against cuca with no interleaving, llama-cpp-python
   (which keeps one prompt) and llama-server (``cache_prompt``, 3 slots).
 
+``--concurrency --runs N`` shows medians of N runs for every aggregate figure and for
+cuca's interleaving rows (llama-cpp-python's and llama-server's interleaving run once).
+
 It prints tables and the ratios against the targets. Never part of the test suite;
 the numbers vary with the machine's load, so run it on a quiet machine.
 """
@@ -546,16 +549,33 @@ CONCURRENT_TASKS: dict[str, Any] = {
 }
 
 
-def concurrency() -> None:
-    """The tables of many conversations at once (see the module doc)."""
+def median_of(results: list[dict[str, Any]], key: str) -> Any:
+    """The median of ``key`` over ``results``: of each position for lists (one value per
+    conversation), None if any run lacks it."""
+    values = [r.get(key) for r in results]
+    if any(v is None for v in values):
+        return None
+    if isinstance(values[0], list):
+        return [statistics.median(column) for column in zip(*values, strict=True)]
+    return statistics.median(values)
+
+
+def concurrency(runs: int = 1) -> None:
+    """The tables of many conversations at once (see the module doc); every aggregate
+    figure and cuca's interleaving rows are medians of ``runs`` runs."""
     binary = llama_server_binary()
     print(f"\nmany conversations at once; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
-    print(f"aggregate decode tok/s, {CONCURRENT_TOKENS} tokens per turn, 1 thread each side")
+    print(
+        f"aggregate decode tok/s, {CONCURRENT_TOKENS} tokens per turn, 1 thread each side,"
+        f" medians of {runs} run(s)"
+    )
     print("N  cuca  llama-server  lcp-serial  cuca/server  cuca/serial  (targets >= 1.0x)")
     for n in CONCURRENCY:
-        ours = run_child("cuca-aggregate", "concurrent", n).get("tps")
-        serial = run_child("lcp-serial", "concurrent", n).get("tps")
-        server = server_aggregate(binary, n).get("tps") if binary else None
+        ours = median_of([run_child("cuca-aggregate", "concurrent", n) for _ in range(runs)], "tps")
+        serial = median_of([run_child("lcp-serial", "concurrent", n) for _ in range(runs)], "tps")
+        server = (
+            median_of([server_aggregate(binary, n) for _ in range(runs)], "tps") if binary else None
+        )
         print(
             f"{n}  {fmt(ours)}  {fmt(server)}  {fmt(serial)}"
             f"  {ratio(ours, server, '>=', 1.0)}  {ratio(ours, serial, '>=', 1.0)}"
@@ -567,8 +587,12 @@ def concurrency() -> None:
         f" generates {fmt(busy, ' s')}: {ratio(busy, idle, '<=', 1.5)}"
     )
     rows = {
-        "cuca, interleaved": run_child("cuca-interleaved", "concurrent", 0),
-        "cuca, no interleaving": run_child("cuca-sequential", "concurrent", 0),
+        "cuca, interleaved": {"warm_ttft": median_of(
+            [run_child("cuca-interleaved", "concurrent", 0) for _ in range(runs)], "warm_ttft"
+        )},
+        "cuca, no interleaving": {"warm_ttft": median_of(
+            [run_child("cuca-sequential", "concurrent", 0) for _ in range(runs)], "warm_ttft"
+        )},
         "llama-cpp-python, interleaved": run_child("lcp-interleaved", "concurrent", 0),
     }
     if binary:
@@ -745,8 +769,8 @@ if __name__ == "__main__":
         print(json.dumps(CONCURRENT_TASKS[sys.argv[2]](int(sys.argv[4]))))
     elif len(sys.argv) == 5 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
-    elif sys.argv[1:] == ["--concurrency"]:
-        concurrency()
+    elif sys.argv[1:2] == ["--concurrency"]:
+        concurrency(int(sys.argv[3]) if sys.argv[2:3] == ["--runs"] else 1)
     else:
         main()
         concurrency()
