@@ -24,9 +24,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from cuca.errors import JsonError, ProviderError
+from cuca.errors import JsonError, ProviderError, ToolCallError
+from cuca.types import ToolCall
 
-__all__ = ["Shape", "decode_frame", "json_body", "tool_arguments"]
+__all__ = ["Shape", "decode_frame", "finished_call", "json_body", "tool_arguments"]
 
 T = TypeVar("T")
 
@@ -111,6 +112,22 @@ def tool_arguments(raw: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):  # RecursionError: hostile nesting depth
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def finished_call(
+    provider: str, call_id: str, name: str | None, raw: str
+) -> ToolCall | ToolCallError:
+    """A streamed call whose fragments are all in: the ``ToolCall``, or a
+    ``ToolCallError`` with its id (and name, when it has one) and the text that came,
+    when it has no name or its arguments (``raw``) are not a JSON object."""
+    if not name:
+        message = f"malformed tool call: no function name: {raw}"
+        return ToolCallError(provider, message, tool_call_id=call_id, raw=raw)
+    arguments = tool_arguments(raw)
+    if arguments is None:
+        message = f"malformed tool call: {raw}"
+        return ToolCallError(provider, message, tool_call_id=call_id, name=name, raw=raw)
+    return ToolCall(call_id, name, arguments)
 
 
 def json_body(body: str) -> Any:

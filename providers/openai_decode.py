@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
+from cuca.errors import ProviderError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -29,12 +29,11 @@ from cuca.types import (
     Text,
     Thinking,
     TokenUsage,
-    ToolCall,
     TurnSummary,
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, json_body, tool_arguments
+from .decoding import Shape, decode_frame, finished_call, json_body
 
 __all__ = ["ChatCompletionsDecoder", "chat_error_message", "error_text"]
 
@@ -232,20 +231,7 @@ class ChatCompletionsDecoder(StreamDecoder):
 
     def _complete(self, index: int, pending: _PendingCall) -> Item:
         raw = "".join(pending.args).strip()
-        call_id = pending.id or f"call_{index}"
-        if not pending.name:
-            message = f"malformed tool call: no function name: {raw}"
-            return ToolCallError(self.provider, message, tool_call_id=call_id, raw=raw)
-        arguments = tool_arguments(raw)
-        if arguments is None:
-            return ToolCallError(
-                self.provider,
-                f"malformed tool call: {raw}",
-                tool_call_id=call_id,
-                name=pending.name,
-                raw=raw,
-            )
-        return ToolCall(call_id, pending.name, arguments)
+        return finished_call(self.provider, pending.id or f"call_{index}", pending.name, raw)
 
     def _read_usage(self, usage: _Usage) -> None:
         completion = usage.completion_tokens_details or _NO_DETAILS

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
+from cuca.errors import ProviderError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -34,12 +34,11 @@ from cuca.types import (
     Text,
     Thinking,
     TokenUsage,
-    ToolCall,
     TurnSummary,
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, tool_arguments
+from .decoding import Shape, decode_frame, finished_call
 from .openai_decode import error_text
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
@@ -265,18 +264,7 @@ class ResponsesDecoder(StreamDecoder):
         call.done = True
         self._called = True
         raw = "".join(call.args).strip()
-        if not call.name:
-            message = f"malformed tool call: no function name: {raw}"
-            return [ToolCallError(self.provider, message, tool_call_id=call.call_id, raw=raw)]
-        arguments = tool_arguments(raw)
-        if arguments is None:
-            message = f"malformed tool call: {raw}"
-            return [
-                ToolCallError(
-                    self.provider, message, tool_call_id=call.call_id, name=call.name, raw=raw
-                )
-            ]
-        return [ToolCall(call.call_id, call.name, arguments)]
+        return [finished_call(self.provider, call.call_id, call.name, raw)]
 
 
 _NO_RESPONSE = _Response()
