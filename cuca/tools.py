@@ -23,7 +23,7 @@ from ._schema import describe_function, is_json_object_schema
 from .errors import ConfigurationError
 from .types import ToolDefinition
 
-__all__ = ["Tool", "ToolArgumentsError"]
+__all__ = ["Tool", "ToolArgumentsError", "ToolFailed"]
 
 _values = cattrs.Converter()
 
@@ -31,6 +31,16 @@ _values = cattrs.Converter()
 class ToolArgumentsError(Exception):
     """The arguments a model sent do not fit the tool's parameters (reported to the
     model as an error result, so that it can correct itself)."""
+
+
+class ToolFailed(Exception):
+    """Raised by a tool to end its call as an error result whose text is exactly
+    ``output`` (an MCP server's ``isError`` result, a tool's own refusal): the model
+    reads it as it reads any tool error, without an exception's type name before it."""
+
+    def __init__(self, output: str) -> None:
+        super().__init__(output)
+        self.output = output
 
 
 def _check_schema(tool: Tool, attribute: Any, value: Mapping[str, Any]) -> None:

@@ -26,6 +26,7 @@ SUBMODULES = {
     "retry",
     "tools",
     "tool_loop",
+    "mcp",
     "fallback",
     "pool",
     "cli",
@@ -73,6 +74,7 @@ CUCA = {
     "ImageBase64",
     "JsonError",
     "LoggedTurn",
+    "McpError",
     "LlamaCppConfig",
     "LlamaRoute",
     "LocalModel",
@@ -113,6 +115,7 @@ CUCA = {
     "Tool",
     "ToolCallError",
     "ToolDefinition",
+    "ToolFailed",
     "ToolLoopStream",
     "ToolResult",
     "TransportError",
@@ -169,6 +172,12 @@ def test_exports_cuca() -> None:
 
 def test_exports_stages() -> None:
     assert public(cuca.stages) == STAGES
+
+
+def test_exports_mcp() -> None:
+    import cuca.mcp
+
+    assert public(cuca.mcp) == {"McpServer", "content", "server", "stderr"}
 
 
 def test_exports_testing() -> None:

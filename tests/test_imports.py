@@ -25,6 +25,9 @@ HEAVY = (
     "genai_prices",
     "opentelemetry",
     "msgspec",  # the stream decoders' JSON: loaded with the first adapter
+    "cuca.mcp",  # the MCP extra: loaded only by ``import cuca.mcp``
+    "mcp",
+    "mcp_types",
 )
 NAMING = {"cuca.providers", "cuca.providers.table"}
 """What naming the endpoints needs: the provider table (pure data) and its package."""

@@ -28,6 +28,7 @@ from cuca import (
     Tool,
     ToolCall,
     ToolCallError,
+    ToolFailed,
     ToolResult,
     UnifiedRequest,
 )
@@ -128,6 +129,15 @@ async def test_tool_loop_failing_tool_gives_an_error_result_and_goes_on() -> Non
     assert weather_result == ToolResult(WEATHER_ID, "LookupError: no station in Edinburgh", True)
     assert results(items)[STOCK_ID] == ToolResult(STOCK_ID, "ok")
     assert sent == 2 and stream.complete  # the model saw the error and answered
+
+
+async def test_tool_loop_tool_failed_is_an_error_result_of_exactly_its_text() -> None:
+    async def weather(**arguments: Any) -> str:
+        raise ToolFailed(f"no station in {arguments['city']}")
+
+    items, _, _ = await run(tools(weather, ok), tracebacks=True)
+    weather_result = results(items)[WEATHER_ID]
+    assert weather_result == ToolResult(WEATHER_ID, "no station in Edinburgh", True)
 
 
 async def test_tool_loop_tracebacks_on_request() -> None:

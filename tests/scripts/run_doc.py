@@ -57,6 +57,7 @@ def namespace(url: str) -> dict[str, Any]:
         client=CucaClient(ProviderEndpoint.OPENAI),
         request=UnifiedRequest.new("gpt-4o-mini").add_user_message("Weather in Paris?"),
         base_url=url,
+        server_script=str(Path(__file__).resolve().parents[1] / "support" / "mcp_server.py"),
     )
     return ns
 

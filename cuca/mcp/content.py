@@ -1,0 +1,55 @@
+"""An MCP tool result as the text a model reads (I/O-free).
+
+A ``tools/call`` result holds content blocks, perhaps ``structuredContent``, and an
+``isError`` flag. cuca's tool results are text, so each block becomes a line:
+
+| block | text |
+|---|---|
+| text | the text |
+| image, audio | ``[image: image/png, 68 bytes]`` (its type and decoded size) |
+| embedded resource | its text, or ``[resource: <uri>, <mime type>, N bytes]`` for a blob |
+| resource link | ``[resource link: <name> <uri>]`` |
+
+``structuredContent`` is sent as its JSON when no text block came with it (the spec
+asks servers to repeat it as a text block; sending both would say it twice).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp_types as types
+
+__all__ = ["result_text"]
+
+
+def result_text(result: types.CallToolResult) -> str:
+    """The text the model reads for ``result`` (``isError`` is the caller's to read)."""
+    lines = [_block_text(block) for block in result.content]
+    has_text = any(isinstance(block, types.TextContent) for block in result.content)
+    if result.structured_content is not None and not has_text:
+        lines.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def _block_text(block: Any) -> str:
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return f"[{block.type}: {block.mime_type}, {_size(block.data)} bytes]"
+    if isinstance(block, types.EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, types.TextResourceContents):
+            return resource.text
+        mime = resource.mime_type or "application/octet-stream"
+        return f"[resource: {resource.uri}, {mime}, {_size(resource.blob)} bytes]"
+    if isinstance(block, types.ResourceLink):
+        return f"[resource link: {block.name} {block.uri}]"
+    return f"[{getattr(block, 'type', type(block).__name__)} content]"
+
+
+def _size(data: str) -> int:
+    """The decoded size of base64 ``data``, counted without decoding it."""
+    length = len(data) - data.count("\n") - data.count("\r")
+    return length * 3 // 4 - data[-2:].count("=")

@@ -1,0 +1,250 @@
+"""MCP servers' tools in the tool loop (``cuca.mcp``), over real processes and sockets.
+
+The reference ``mcp-server-time`` (installed by ``make install-test``) runs over stdio
+in a loop against the replay server; our own server (``support/mcp_server.py``, built
+with the SDK's server side) runs over stdio and streamable HTTP for the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import mcp_types as types
+import pytest
+import trio
+from support.mcp_servers import (
+    TIME_SERVER,
+    answer_reply,
+    calls_reply,
+    ours,
+    tool_messages,
+)
+
+from cuca import (
+    ConfigurationError,
+    CucaClient,
+    McpError,
+    ProviderEndpoint,
+    ToolFailed,
+    ToolResult,
+    UnifiedRequest,
+)
+from cuca.mcp import McpServer
+from cuca.mcp.content import result_text
+from cuca.testing import Reply, open_replay_server
+
+REQUEST = UnifiedRequest.new("gpt-4o").add_user_message("Use the tools.")
+TRANSPORTS = ["stdio", "http"]
+
+
+async def loop(replies: list[Reply], tools: list[Any], **options: Any) -> tuple[list[Any], Any]:
+    """Run a tool loop on the replay server: its items and the requests it sent."""
+    async with open_replay_server(replies) as replay:
+        async with CucaClient(ProviderEndpoint.OPENAI, base_url=replay.url, api_key="k") as c:
+            async with c.run_tools(REQUEST, tools, **options) as stream:
+                items = [item async for item in stream]
+        return items, replay.requests
+
+
+def results(items: list[Any]) -> dict[str, ToolResult]:
+    return {item.tool_call_id: item for item in items if isinstance(item, ToolResult)}
+
+
+async def test_mcp_time_server_result_reaches_the_model() -> None:
+    command, args = TIME_SERVER
+    async with McpServer.stdio(command, args) as server:
+        assert server.name == "mcp-time"
+        tools = await server.tools()
+        assert {"get_current_time", "convert_time"} <= {tool.name for tool in tools}
+        replies = [calls_reply(("get_current_time", {"timezone": "Europe/Paris"})), answer_reply()]
+        items, requests = await loop(replies, tools)
+    assert len(requests) == 2
+    declared = {t["function"]["name"] for t in requests[0].json()["tools"]}
+    assert "get_current_time" in declared
+    sent = json.loads(tool_messages(requests[1].json())["call_0"])
+    assert sent["timezone"] == "Europe/Paris"
+    told = datetime.fromisoformat(sent["datetime"])
+    now = datetime.now(ZoneInfo("Europe/Paris"))
+    assert told.utcoffset() == now.utcoffset() and abs((now - told).total_seconds()) < 120
+    assert results(items)["call_0"].is_error is False
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_mcp_server_handshake_and_paginated_tools(transport: str) -> None:
+    async with ours(transport, "--page-size", "3") as server:
+        assert (server.name, server.version) == ("cuca-test", "1.0.0")
+        assert server.protocol_version
+        tools = await server.tools()
+    names = [tool.name for tool in tools]
+    assert names[:3] == ["echo", "get_weather", "add"] and len(names) == 10  # 4 pages
+    echo = tools[0]
+    assert echo.description == "Say the text back."
+    assert echo.schema["properties"] == {"text": {"type": "string"}}
+
+
+async def test_mcp_tools_prefix_keeps_the_servers_name_for_the_call() -> None:
+    async with ours("stdio") as server:
+        tools = await server.tools(prefix="ours")
+        assert tools[0].name == "ours_echo"
+        items, _ = await loop([calls_reply(("ours_echo", {"text": "hi"})), answer_reply()], tools)
+    assert results(items)["call_0"].output == "hi"
+
+
+async def test_mcp_name_collision_is_a_configuration_error_before_any_request() -> None:
+    async with ours("stdio") as first, ours("stdio") as second:
+        tools = [*await first.tools(), *await second.tools()]
+        async with open_replay_server(answer_reply()) as replay:
+            async with CucaClient(ProviderEndpoint.OPENAI, base_url=replay.url, api_key="k") as c:
+                with pytest.raises(ConfigurationError, match="two tools are named 'echo'"):
+                    async with c.run_tools(REQUEST, tools):
+                        pass
+            assert replay.requests == []
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_mcp_list_changed_next_tools_sees_the_new_list(transport: str) -> None:
+    async with ours(transport) as server:
+        tools = {tool.name: tool for tool in await server.tools()}
+        assert "extra" not in tools
+        assert await tools["grow"].call({}) == "grown"
+        with trio.fail_after(10):  # the notification may land just after the result
+            while "extra" not in {tool.name for tool in await server.tools()}:
+                await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_mcp_results_text_structured_image_and_is_error(transport: str) -> None:
+    async with ours(transport) as server:
+        replies = [
+            calls_reply(
+                ("get_weather", {"city": "Paris"}),
+                ("add", {"a": 2, "b": 3}),
+                ("picture", {}),
+                ("fail", {"reason": "no key"}),
+            ),
+            answer_reply(),
+        ]
+        items, requests = await loop(replies, await server.tools())
+    got = results(items)
+    assert got["call_0"] == ToolResult("call_0", "Paris: 18 C, light rain")
+    assert got["call_1"] == ToolResult("call_1", '{"sum": 5}')
+    assert got["call_2"] == ToolResult("call_2", "a pixel:\n[image: image/png, 70 bytes]")
+    assert got["call_3"] == ToolResult("call_3", "refused: no key", is_error=True)
+    assert tool_messages(requests[1].json())["call_3"] == "refused: no key"
+
+
+def test_mcp_result_text_resources_and_structured_beside_text() -> None:
+    link = types.ResourceLink(type="resource_link", name="notes", uri="file:///notes.txt")
+    embedded = types.EmbeddedResource(
+        type="resource",
+        resource=types.TextResourceContents(uri="file:///a.txt", text="inline text"),
+    )
+    blob = types.EmbeddedResource(
+        type="resource",
+        resource=types.BlobResourceContents(uri="file:///b.bin", blob="AAECAw==", mime_type="x/y"),
+    )
+    result = types.CallToolResult(content=[link, embedded, blob])
+    assert result_text(result).splitlines() == [
+        "[resource link: notes file:///notes.txt]",
+        "inline text",
+        "[resource: file:///b.bin, x/y, 4 bytes]",
+    ]
+    both = types.CallToolResult(
+        content=[types.TextContent(type="text", text='{"a": 1}')], structured_content={"a": 1}
+    )
+    assert result_text(both) == '{"a": 1}'  # the text already carries it: not said twice
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_mcp_timeout_cancels_the_call_at_the_server(transport: str) -> None:
+    async with ours(transport) as server:
+        tools = await server.tools()
+        items, _ = await loop(
+            [calls_reply(("slow", {})), answer_reply()], tools, tool_timeout=0.5
+        )
+        assert results(items)["call_0"] == ToolResult("call_0", "timed out after 0.5 s", True)
+        count = {tool.name: tool for tool in tools}["cancellations"]
+        with trio.fail_after(10):  # the server handles the cancellation on its own time
+            while await count.call({}) != "1":
+                await trio.sleep(0.01)
+        assert await tools[0].call({"text": "still here"}) == "still here"
+
+
+async def test_mcp_concurrent_calls_share_one_session() -> None:
+    async with ours("http") as server:
+        tools = await server.tools()
+        calls = [("echo", {"text": str(n)}) for n in range(8)]
+        with trio.fail_after(30):
+            items, _ = await loop([calls_reply(*calls), answer_reply()], tools)
+    assert {k: r.output for k, r in results(items).items()} == {
+        f"call_{n}": str(n) for n in range(8)
+    }
+
+
+async def test_mcp_server_killed_mid_call_is_an_error_result_then_mcp_error() -> None:
+    async with ours("stdio") as server:
+        tools = await server.tools()
+        items, _ = await loop([calls_reply(("die", {})), answer_reply()], tools)
+        result = results(items)["call_0"]
+        assert result.is_error and "McpError" in result.output
+        assert "the server closed the connection" in result.output
+        with pytest.raises(McpError, match="the session has ended") as caught:
+            await server.tools()
+        assert "cuca-test MCP server starting" in caught.value.stderr
+        with pytest.raises(McpError):
+            await tools[0].call({"text": "anyone?"})
+
+
+async def test_mcp_leaving_the_block_stops_the_process() -> None:
+    try:
+        async with ours("stdio") as server:
+            tools = {tool.name: tool for tool in await server.tools()}
+            pid = int(await tools["pid"].call({}))
+            raise ValueError("the block's own error")
+    except ValueError as exc:  # comes out as it was raised, not in a group
+        assert str(exc) == "the block's own error"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_mcp_missing_command_is_an_mcp_error() -> None:
+    with pytest.raises(McpError) as caught:
+        async with McpServer.stdio("cuca-no-such-mcp-server", ["--flag"]):
+            pass
+    assert str(caught.value) == (
+        "mcp error (cuca-no-such-mcp-server --flag): cannot start the command: "
+        "No such file or directory"
+    )
+
+
+async def test_mcp_server_that_exits_at_start_shows_its_stderr() -> None:
+    code = "import sys; print('config file missing: ~/.srv.toml', file=sys.stderr); sys.exit(3)"
+    with pytest.raises(McpError, match="initialize failed") as caught:
+        async with McpServer.stdio(sys.executable, ["-c", code]):
+            pass
+    assert caught.value.stderr == ("config file missing: ~/.srv.toml",)
+    assert "its last stderr lines: config file missing" in str(caught.value)
+
+
+async def test_mcp_server_that_never_answers_initialize_times_out_and_is_stopped(
+    tmp_path: Any,
+) -> None:
+    pidfile = tmp_path / "pid"
+    code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    with pytest.raises(McpError, match=r"no answer to initialize within 0.5 s"):
+        async with McpServer.stdio(sys.executable, ["-c", code], connect_timeout=0.5):
+            pass
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)
+
+
+async def test_mcp_error_answer_is_a_tool_failure_for_the_model() -> None:
+    async with ours("stdio") as server:
+        with pytest.raises(ToolFailed, match=r"^error from the server: .*unknown tool: nope"):
+            await server.call_tool("nope", {})
+        assert await server.call_tool("echo", {"text": "usable"}) == "usable"
