@@ -7,7 +7,11 @@ Stream rules, from ``reference/wire.md`` sections 1 to 4, 6 and 11:
   both reasoning (servers disagree on the name, vLLM may send both with the same text).
 - Tool calls arrive as fragments keyed by ``index``. The id and name may come only with
   the first fragment, or again on every one; arguments may be split anywhere or sent whole
-  at the end. Calls are merged by index, never by id, and emitted when the choice finishes.
+  at the end. Calls are merged by index, and emitted when the choice finishes. Some servers
+  send every parallel call on ``index`` 0, each with its own id and name: at one index, a
+  fragment with an id the index has not seen (or a name other than its call's) starts a
+  new call, and one with an id it has seen goes to that call (vLLM repeats the id on every
+  fragment). The same id at two indexes stays two calls.
 - Usage arrives on a ``choices: []`` chunk (OpenAI, vLLM, llama.cpp) or on the finish chunk
   (DeepSeek); it is read wherever it appears.
 - ``data: {"error": ...}`` is a provider error inside a 200 stream; ``data: [DONE]`` ends it.
@@ -124,6 +128,7 @@ class _Chunk(Shape):
 _CHUNK = msgspec.json.Decoder(_Chunk)
 _NO_USAGE = _Usage()
 _NO_DETAILS = _TokenDetails()
+_NO_FUNCTION = _Function()
 
 
 # -- response ------------------------------------------------------------------------
@@ -136,6 +141,17 @@ class _PendingCall:
         self.id = ""
         self.name = ""
         self.args: list[str] = []
+
+    def other(self, call_id: str | None, name: str | None) -> bool:
+        """Whether a fragment with this id and name belongs to another call: an id
+        other than this call's, or (without one) a name other than its."""
+        if call_id and self.id:
+            return call_id != self.id
+        return bool(name and self.name and name != self.name)
+
+
+_NO_INDEX = -1
+"""The index of fragments that carry none (old Ollama): sorted before the others."""
 
 
 def _endpoint(provider: str) -> ProviderEndpoint:
@@ -158,7 +174,7 @@ class ChatCompletionsDecoder(StreamDecoder):
         self.provider = provider
         self.endpoint = endpoint if endpoint is not None else _endpoint(provider)
         self.finished = False
-        self._calls: dict[int, _PendingCall] = {}
+        self._calls: dict[int, list[_PendingCall]] = {}  # by index, in arrival order
         self._usage: TokenUsage | None = None
         self._cache: PromptCacheUsage | None = None
         self._finish_reason: str | None = None
@@ -196,17 +212,10 @@ class ChatCompletionsDecoder(StreamDecoder):
         return items
 
     def _merge(self, fragment: _CallFragment) -> None:
-        index = fragment.index
-        if index is None:  # a server that omits the index (old Ollama): one call at a time
-            index = self._implicit_index(fragment.id)
-        pending = self._calls.get(index)
-        if pending is None:
-            pending = self._calls[index] = _PendingCall()
+        function = fragment.function or _NO_FUNCTION
+        pending = self._pending(fragment.index, fragment.id, function.name)
         if fragment.id and not pending.id:
             pending.id = fragment.id
-        function = fragment.function
-        if function is None:
-            return
         if function.name and not pending.name:
             pending.name = function.name
         args = function.arguments
@@ -216,22 +225,28 @@ class ChatCompletionsDecoder(StreamDecoder):
         elif args is not None:
             pending.args = [json.dumps(args)]
 
-    def _implicit_index(self, new_id: str | None) -> int:
-        if not self._calls:
-            return 0
-        last = max(self._calls)
-        return last + 1 if new_id and new_id != self._calls[last].id else last
+    def _pending(self, index: int | None, call_id: str | None, name: str | None) -> _PendingCall:
+        """The call a fragment belongs to (see the module docstring): at its index, the
+        call with its id, else the latest one unless the fragment is another's."""
+        calls = self._calls.setdefault(_NO_INDEX if index is None else index, [])
+        if call_id:
+            for pending in calls:
+                if pending.id == call_id:
+                    return pending
+        if not calls or calls[-1].other(call_id, name):
+            calls.append(_PendingCall())
+        return calls[-1]
 
     def _flush_calls(self) -> list[Item]:
         if not self._calls:
             return []
-        items = [self._complete(i, self._calls[i]) for i in sorted(self._calls)]
+        ordered = [pending for index in sorted(self._calls) for pending in self._calls[index]]
         self._calls.clear()
-        return items
+        return [self._complete(n, pending) for n, pending in enumerate(ordered)]
 
-    def _complete(self, index: int, pending: _PendingCall) -> Item:
+    def _complete(self, position: int, pending: _PendingCall) -> Item:
         raw = "".join(pending.args).strip()
-        return finished_call(self.provider, pending.id or f"call_{index}", pending.name, raw)
+        return finished_call(self.provider, pending.id or f"call_{position}", pending.name, raw)
 
     def _read_usage(self, usage: _Usage) -> None:
         completion = usage.completion_tokens_details or _NO_DETAILS

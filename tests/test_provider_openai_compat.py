@@ -304,6 +304,91 @@ def test_decoder_tool_call_without_index_follows_ids() -> None:
     assert out.items == [ToolCall("a", "f", {"n": 1}), ToolCall("b", "g", {})]
 
 
+def test_decoder_parallel_calls_all_on_index_zero_stay_apart() -> None:
+    # servers that send every parallel call on "index": 0, each with its own id and name:
+    # the second call's arguments were appended to the first's ({"city": ...}{"tz": ...})
+    out = decode(
+        frame(call(0, "", id="a", name="weather")),
+        frame(call(0, '{"city": "Paris"}')),
+        frame(call(0, "", id="b", name="clock")),
+        frame(call(0, '{"tz": "Europe/Paris"}')),
+        frame({}, "tool_calls"),
+        DONE,
+    )
+    assert out.items == [
+        ToolCall("a", "weather", {"city": "Paris"}),
+        ToolCall("b", "clock", {"tz": "Europe/Paris"}),
+    ]
+
+
+def test_decoder_parallel_calls_a_new_name_without_ids_starts_a_call() -> None:
+    out = decode(
+        frame(call(0, '{"n": 1}', name="f")),
+        frame(call(0, '{"m": 2}', name="g")),
+        frame({}, "tool_calls"),
+        DONE,
+    )
+    assert out.items == [ToolCall("call_0", "f", {"n": 1}), ToolCall("call_1", "g", {"m": 2})]
+
+
+_CALLS = st.lists(
+    st.tuples(
+        st.sampled_from(["f", "g"]),
+        st.dictionaries(st.sampled_from("abc"), st.integers() | st.text(max_size=4), max_size=3),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    calls=_CALLS,
+    indexes=st.sampled_from(["own", "zero", "none"]),
+    ids_repeated=st.booleans(),
+    names_repeated=st.booleans(),
+    data=st.data(),
+)
+def test_decoder_parallel_calls_any_index_id_and_chunking(
+    calls: list[tuple[str, dict[str, Any]]],
+    indexes: str,
+    ids_repeated: bool,
+    names_repeated: bool,
+    data: st.DataObject,
+) -> None:
+    """Each call's arguments cut at random points, the calls' fragments interleaved
+    wherever the server could tell them apart (by their own index, or by the id repeated
+    on every fragment; else one call after another), the stream cut at random bytes:
+    every call comes out whole, none appended to another."""
+    fragments: list[list[dict[str, Any]]] = []
+    for n, (name, arguments) in enumerate(calls):
+        text = json.dumps(arguments)
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=3)))
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        index = {"own": n, "zero": 0, "none": None}[indexes]
+        own = []
+        for k, piece in enumerate(pieces):
+            fields: dict[str, Any] = {}
+            if k == 0 or ids_repeated:
+                fields["id"] = f"call-{n}"
+            if k == 0 or names_repeated:
+                fields["name"] = name
+            own.append(call(index, piece, **fields))
+        fragments.append(own)
+    if indexes == "own" or ids_repeated:  # interleave, each call's fragments in order
+        order = data.draw(st.permutations([n for n, own in enumerate(fragments) for _ in own]))
+    else:
+        order = [n for n, own in enumerate(fragments) for _ in own]
+    frames = [frame(fragments[n].pop(0)) for n in order]
+    body = b"".join([*frames, frame({}, "tool_calls"), DONE])
+    chunks = data.draw(chunkings(body, max_chunks=12))
+    out = decode_chunks(ChatCompletionsDecoder("openai"), chunks)
+    # in index order; calls that share an index in the order they began
+    first = sorted(range(len(calls)), key=lambda n: n if indexes == "own" else order.index(n))
+    assert out.error is None
+    assert out.items == [ToolCall(f"call-{n}", *calls[n]) for n in first]
+
+
 def test_decoder_tool_call_without_id_gets_one() -> None:
     out = decode(frame(call(0, "{}", name="f")), frame({}, "tool_calls"), DONE)
     assert out.items == [ToolCall("call_0", "f", {})]
