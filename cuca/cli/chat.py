@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -28,12 +29,13 @@ from .jsonl import JsonRenderer
 from .progress import load_with_progress
 from .render import Renderer, TextRenderer
 from .session import Session, line_reader
-from .turn import exit_status, interruptible, stream_turn
+from .turn import exit_status, interruptible, loop_turn, stream_turn
 
 if TYPE_CHECKING:
     from cuca.engine import LocalModel
+    from cuca.tools import Tool
 
-__all__ = ["first_request", "make_client", "run_chat"]
+__all__ = ["first_request", "make_client", "mcp_tools", "run_chat"]
 
 DEFAULT_CTX = 4096
 
@@ -96,9 +98,38 @@ def _load_model(settings: ChatSettings) -> LocalModel:
     )
 
 
-async def _run_once(client: CucaClient, request: UnifiedRequest, renderer: Renderer) -> int:
+@asynccontextmanager
+async def mcp_tools(settings: ChatSettings) -> AsyncIterator[list[Tool]]:
+    """The tools of every ``--mcp`` and ``--mcp-http`` server, their sessions open for
+    the block (none: no tools, and nothing imported)."""
+    if not settings.mcp and not settings.mcp_http:
+        yield []
+        return
     try:
-        _, interrupted = await interruptible(lambda: stream_turn(client, request, renderer))
+        from cuca.mcp import McpServer
+    except ImportError as exc:
+        raise CliError(f"--mcp needs the mcp extra: pip install 'cuca[mcp]' ({exc})") from None
+    tools: list[Tool] = []
+    async with AsyncExitStack() as stack:
+        for command, *args in settings.mcp:
+            server = await stack.enter_async_context(McpServer.stdio(command, args))
+            tools += await server.tools()
+        for url in settings.mcp_http:
+            server = await stack.enter_async_context(McpServer.http(url))
+            tools += await server.tools()
+        yield tools
+
+
+async def _run_once(
+    client: CucaClient, request: UnifiedRequest, renderer: Renderer, tools: list[Tool]
+) -> int:
+    def work() -> Awaitable[object]:
+        if tools:
+            return loop_turn(client, request, tools, renderer)
+        return stream_turn(client, request, renderer)
+
+    try:
+        _, interrupted = await interruptible(work)
     except CucaError as error:
         renderer.failed(error)
         return exit_status(error)
@@ -116,12 +147,13 @@ async def chat(settings: ChatSettings, console: Console, stdin_tty: bool = False
         if settings.model_path is not None:
             path = settings.model_path
             model = await load_with_progress(lambda: _load_model(settings), path.name, console)
-        async with make_client(settings, model) as client:
+        async with make_client(settings, model) as client, mcp_tools(settings) as tools:
             request = first_request(settings)
             if not settings.interactive:
                 assert settings.prompt is not None
-                return await _run_once(client, request.add_user_message(settings.prompt), renderer)
-            session = Session(client, request, renderer, console)
+                first = request.add_user_message(settings.prompt)
+                return await _run_once(client, first, renderer, tools)
+            session = Session(client, request, renderer, console, tools)
             read = line_reader(console, sys.stdin, stdin_tty)
             return await session.run(settings.prompt, read, stdin_tty)
     except CucaError as error:  # before the first turn: loading, building the adapter

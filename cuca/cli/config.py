@@ -9,6 +9,7 @@ with exit status 2, raised before any model is loaded or any byte is sent.
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -105,6 +106,8 @@ class ChatSettings:
     timeout: float | None = None
     retries: int | None = None
     log: Path | None = None
+    mcp: tuple[tuple[str, ...], ...] = ()
+    mcp_http: tuple[str, ...] = ()
 
     @property
     def is_local(self) -> bool:
@@ -242,4 +245,17 @@ def resolve_chat(
         timeout=args.timeout,
         retries=args.retries,
         log=_path(args.log),
+        mcp=tuple(_mcp_command(line) for line in getattr(args, "mcp", ())),
+        mcp_http=tuple(getattr(args, "mcp_http", ())),
     )
+
+
+def _mcp_command(line: str) -> tuple[str, ...]:
+    """``--mcp "uvx mcp-server-time --local-timezone UTC"`` split as a shell would."""
+    try:
+        words = tuple(shlex.split(line))
+    except ValueError as exc:
+        raise CliError(f"--mcp {line!r}: {exc}") from None
+    if not words:
+        raise CliError("--mcp needs a command")
+    return words

@@ -85,6 +85,20 @@ def _add_chat(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     chat.add_argument(
         "--log", metavar="PATH", help="record every turn in this session log (see cuca logs)"
     )
+    chat.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar='"COMMAND ARGS"',
+        help="start an MCP server on stdio and give the model its tools (repeatable)",
+    )
+    chat.add_argument(
+        "--mcp-http",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="give the model the tools of the MCP server at URL (streamable HTTP; repeatable)",
+    )
 
 
 def _add_models(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -100,6 +100,14 @@ def tool_call_line(call: ToolCall) -> str:
     return f"[tool call] {call.name}({arguments})"
 
 
+def tool_result_line(result: ToolResult) -> str:
+    """``[tool result call_1] 18 C`` (``[tool error ...]`` for an error), on one line:
+    the output's line breaks are shown as ``\\n``."""
+    kind = "tool error" if result.is_error else "tool result"
+    output = result.output.replace("\r", "").replace("\n", "\\n")
+    return f"[{kind} {result.tool_call_id}] {output}"
+
+
 class TextRenderer:
     """Writes a turn for people: the answer streamed to stdout, the rest on stderr."""
 
@@ -127,7 +135,7 @@ class TextRenderer:
         elif isinstance(item, ImageBase64):
             self._whole_line(f"[image {item.media_type}, {len(item.data)} base64 chars]")
         elif isinstance(item, ToolResult):
-            self._whole_line(f"[tool result {item.tool_call_id}] {item.output}")
+            self._whole_line(tool_result_line(item))
 
     def end(self, response: UnifiedResponse | None) -> None:
         self._finish_output()

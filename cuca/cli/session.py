@@ -13,9 +13,9 @@ the user's message, and the session goes on. Ctrl-D, ``/exit`` or ``/quit`` end 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import trio
 
@@ -27,7 +27,10 @@ from cuca.types import MessageRole, UnifiedMessage, UnifiedRequest
 from .config import EXIT_OK
 from .console import Console
 from .render import Renderer
-from .turn import exit_status, interruptible, stream_turn
+from .turn import exit_status, interruptible, loop_turn, stream_turn
+
+if TYPE_CHECKING:
+    from cuca.tools import Tool
 
 __all__ = ["Session", "line_reader"]
 
@@ -88,8 +91,10 @@ class Session:
         start: UnifiedRequest,
         renderer: Renderer,
         console: Console,
+        tools: Sequence[Tool] = (),
     ) -> None:
         self.client = client
+        self.tools = tools
         self.start = start
         self.request = start
         self.renderer = renderer
@@ -121,15 +126,24 @@ class Session:
         """One exchange; the conversation grows only when the turn completed."""
         request = self.request.add_user_message(text)
         try:
-            blocks, interrupted = await interruptible(
-                lambda: stream_turn(self.client, request, self.renderer)
-            )
+            if self.tools:
+                conversation, interrupted = await interruptible(
+                    lambda: loop_turn(self.client, request, self.tools, self.renderer)
+                )
+            else:
+                blocks, interrupted = await interruptible(
+                    lambda: stream_turn(self.client, request, self.renderer)
+                )
         except CucaError as error:
             self.renderer.failed(error)
             self.status = max(self.status, exit_status(error))
             return
-        if interrupted or blocks is None:
+        if interrupted:
             self.renderer.interrupted()
-            return
-        answer = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(blocks))
-        self.request = request.add_message(answer)
+        elif self.tools:
+            assert conversation is not None
+            self.request = conversation
+        else:
+            assert blocks is not None
+            answer = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(blocks))
+            self.request = request.add_message(answer)

@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
+import attrs
 import trio
 
 from cuca.client import CucaClient
 from cuca.errors import ConfigurationError, CucaError
-from cuca.types import Block, UnifiedRequest
+from cuca.types import Block, UnifiedRequest, UnifiedResponse
 
 from .config import EXIT_ERROR, EXIT_USAGE
 from .render import Renderer
 from .tasks import run_beside
 
-__all__ = ["exit_status", "interruptible", "stream_turn"]
+if TYPE_CHECKING:
+    from cuca.tool_loop import ToolLoopStream
+    from cuca.tools import Tool
+
+__all__ = ["exit_status", "interruptible", "loop_turn", "stream_turn"]
 
 T = TypeVar("T")
 
@@ -48,6 +53,32 @@ async def stream_turn(
                 blocks.append(item)
     renderer.end(stream.response)
     return blocks
+
+
+async def loop_turn(
+    client: CucaClient, request: UnifiedRequest, tools: Sequence[Tool], renderer: Renderer
+) -> UnifiedRequest:
+    """Run the tool loop on ``request``, showing every item (each call and each result
+    on a line of its own); return the conversation with every step appended. The usage
+    shown is summed over the steps."""
+    from cuca.tool_loop import Step
+
+    renderer.begin()
+    async with client.run_tools(request, tools) as stream:
+        async for item in stream:
+            if not isinstance(item, Step):
+                renderer.item(item)
+    renderer.end(_summed(stream))
+    return stream.conversation
+
+
+def _summed(stream: ToolLoopStream) -> UnifiedResponse | None:
+    """The last step's response with the usage of every step."""
+    if not stream.responses:
+        return None
+    return attrs.evolve(
+        stream.responses[-1], usage=stream.usage, prompt_cache_usage=stream.prompt_cache_usage
+    )
 
 
 async def interruptible(work: Callable[[], Awaitable[T]]) -> tuple[T | None, bool]:
