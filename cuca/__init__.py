@@ -25,8 +25,10 @@ from .client import Timeouts as Timeouts
 from .errors import AuthenticationError as AuthenticationError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import ConnectError as ConnectError
+from .errors import ContextOverflowError as ContextOverflowError
 from .errors import CucaError as CucaError
 from .errors import DeadlineExceeded as DeadlineExceeded
+from .errors import HttpContextOverflowError as HttpContextOverflowError
 from .errors import HttpStatusError as HttpStatusError
 from .errors import JsonError as JsonError
 from .errors import McpError as McpError
@@ -50,6 +52,7 @@ from .types import Block as Block
 from .types import GeminiThinkingParams as GeminiThinkingParams
 from .types import ImageBase64 as ImageBase64
 from .types import MessageRole as MessageRole
+from .types import ModelInfo as ModelInfo
 from .types import OpenAiThinkingParams as OpenAiThinkingParams
 from .types import OutputSchema as OutputSchema
 from .types import PromptCache as PromptCache
@@ -60,6 +63,7 @@ from .types import Thinking as Thinking
 from .types import ThinkingConfig as ThinkingConfig
 from .types import ThinkingEffort as ThinkingEffort
 from .types import ThinkingParams as ThinkingParams
+from .types import TokenCount as TokenCount
 from .types import TokenUsage as TokenUsage
 from .types import ToolCall as ToolCall
 from .types import ToolDefinition as ToolDefinition

@@ -18,13 +18,13 @@ from .errors import ConfigurationError, DeadlineExceeded
 from .plugins import CucaPlugin
 from .stream import Completion, ResponseStream, collect
 from .turn import TurnState
-from .types import ProviderEndpoint, UnifiedRequest, UnifiedResponse
+from .types import ModelInfo, ProviderEndpoint, TokenCount, UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from cuca.engine.model import LocalModel
-    from cuca.providers.base import ProviderAdapter
+    from cuca.providers.base import HttpRequest, ProviderAdapter
     from cuca.stages.pipeline import Insertion, Pipeline
     from cuca.stages.points import Point
 
@@ -285,7 +285,7 @@ class CucaClient:
         return {
             **self._hook_stages(),
             ENCODE: encode_stage(adapter.encode),
-            TRANSPORT: transport_stage(http, adapter.error_message, retry),
+            TRANSPORT: transport_stage(http, adapter.status_error, retry),
             SSE_PARSE: sse_stage(adapter.new_framer),
             DECODE: decode_stage(adapter.new_decoder, self.base_url),
         }
@@ -365,6 +365,49 @@ class CucaClient:
         the answer parsed when the request has an output schema."""
         async with self.generate_stream(request, stages=stages, retry=retry) as stream:
             return await collect(stream, request.output_schema)
+
+    async def count_tokens(self, request: UnifiedRequest) -> TokenCount:
+        """How many prompt tokens ``request`` will take on this client's backend, counted
+        before it is sent (plugins do not run: what is counted is ``request`` as given).
+
+        Exact on the local engine (the turn's own rendering and tokenizer), llama.cpp
+        (``/apply-template`` then ``/tokenize``), Anthropic (``count_tokens``) and Gemini
+        (``countTokens``); an estimate with tiktoken for the OpenAI family
+        (``exact=False``). See docs/context.md.
+        """
+        request = attrs.evolve(request, provider=self.provider)
+        if self.provider == ProviderEndpoint.LOCAL:
+            model = self._local()
+            tokens = await trio.to_thread.run_sync(model.tokenize_prompt, request)
+            return TokenCount(len(tokens), exact=True, method="local engine")
+        return await self.adapter().count_tokens(request, self._request_json)
+
+    async def model_info(self, model: str = "") -> ModelInfo:
+        """How large ``model``'s window is on this client's backend: the loaded ``n_ctx``
+        (local engine), llama-server's ``/props``, else genai-prices' model data; figures
+        nothing gives are ``None``."""
+        if self.provider == ProviderEndpoint.LOCAL:
+            local = self._local()
+            name = model or local.path.name
+            return ModelInfo(
+                name, local.n_ctx, trained_context=local.trained_context, source="local engine"
+            )
+        found = await self.adapter().model_info(model, self._request_json)
+        if found is not None:
+            return found
+        from .cost import model_window
+
+        return model_window(self.provider, model)
+
+    def _local(self) -> LocalModel:
+        if self.local_model is None:
+            raise ConfigurationError("the local provider requires local_model=LocalModel")
+        return self.local_model
+
+    async def _request_json(self, wire: HttpRequest) -> Any:
+        from cuca.stages.probe import request_json
+
+        return await request_json(self._http_client(), wire, self.adapter().status_error)
 
     def run_tools(
         self,

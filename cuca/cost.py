@@ -12,9 +12,9 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from .types import PromptCacheUsage, ProviderEndpoint, TokenUsage
+from .types import ModelInfo, PromptCacheUsage, ProviderEndpoint, TokenUsage
 
-__all__ = ["PRICED_PROVIDERS", "turn_cost"]
+__all__ = ["PRICED_PROVIDERS", "model_window", "turn_cost"]
 
 PRICED_PROVIDERS: dict[str, str] = {
     "openai": "openai",
@@ -61,3 +61,19 @@ def turn_cost(
     except ValueError:  # inconsistent counts (a cache read larger than the prompt)
         return None
     return price.total_price
+
+
+def model_window(provider: ProviderEndpoint, model: str) -> ModelInfo:
+    """``model``'s window on ``provider`` from genai-prices' model data (its
+    ``context_window``), with ``None`` figures for a provider or model it does not know.
+    genai-prices keeps no output limit, so ``max_output_tokens`` stays ``None``."""
+    provider_id = PRICED_PROVIDERS.get(provider.kind)
+    if provider_id is None:
+        return ModelInfo(model=model)
+    from genai_prices.data_snapshot import get_snapshot
+
+    try:
+        _, found = get_snapshot().find_provider_model(model, None, provider_id, None)
+    except LookupError:
+        return ModelInfo(model=model)
+    return ModelInfo(model=model, context_window=found.context_window, source="genai-prices")

@@ -12,7 +12,9 @@ Every error a turn can produce is a :class:`CucaError`::
     ├── HttpStatusError      the server answered with a non-2xx status (status, body)
     │   ├── AuthenticationError  401 or 403: the key is missing, wrong or not allowed
     │   ├── RateLimitError       429; ``retry_after`` in seconds when the server said
-    │   └── ServerError          5xx: the server failed
+    │   ├── ServerError          5xx: the server failed
+    │   └── HttpContextOverflowError  the vendor said the prompt does not fit (also below)
+    ├── ContextOverflowError the prompt does not fit the model's window (limit, requested)
     ├── SseParseError        the byte stream is not a valid event stream
     ├── JsonError            a frame that should hold JSON does not
     ├── ProviderError        the provider reported an error, or sent something unusable
@@ -34,8 +36,10 @@ __all__ = [
     "AuthenticationError",
     "ConfigurationError",
     "ConnectError",
+    "ContextOverflowError",
     "CucaError",
     "DeadlineExceeded",
+    "HttpContextOverflowError",
     "HttpStatusError",
     "JsonError",
     "McpError",
@@ -146,6 +150,63 @@ class RateLimitError(HttpStatusError):
 
 class ServerError(HttpStatusError):
     """5xx: the server failed (after the retry policy gave up)."""
+
+
+class ContextOverflowError(CucaError):
+    """The prompt (plus, for some vendors, the output asked for) does not fit the
+    model's context window.
+
+    ``limit`` is the window and ``requested`` what the request needed, both in tokens,
+    each ``None`` when the backend did not say. The local engine raises this class
+    itself; an HTTP vendor's answer raises :class:`HttpContextOverflowError`, which is
+    also an :class:`HttpStatusError`, so ``except ContextOverflowError`` catches both.
+    """
+
+    prefix = "context overflow"
+
+    def __init__(
+        self, message: str, limit: int | None = None, requested: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.args = (message, limit, requested)
+        self.limit = limit
+        self.requested = requested
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.message!r}, limit={self.limit!r}, "
+            f"requested={self.requested!r})"
+        )
+
+
+class HttpContextOverflowError(HttpStatusError, ContextOverflowError):
+    """A vendor's non-2xx answer that says the request is longer than the model's
+    window (OpenAI's ``context_length_exceeded``, Anthropic's "prompt is too long",
+    llama-server's ``exceed_context_size_error``...). ``status`` and ``body`` are the
+    vendor's; ``limit`` and ``requested`` are read from the body when it says them."""
+
+    def __init__(
+        self,
+        status: int,
+        body: str,
+        message: str | None = None,
+        *,
+        limit: int | None = None,
+        requested: int | None = None,
+    ) -> None:
+        super().__init__(status, body, message)
+        self.args = (status, body, self.message, limit, requested)
+        self.limit = limit
+        self.requested = requested
+
+    def __str__(self) -> str:
+        return f"http status {self.status}: context overflow: {self.message}"
+
+    def __repr__(self) -> str:
+        return (
+            f"HttpContextOverflowError({self.status}, {self.body!r}, limit={self.limit!r}, "
+            f"requested={self.requested!r})"
+        )
 
 
 def http_status_error(

@@ -29,6 +29,7 @@ __all__ = [
     "GeminiThinkingParams",
     "ImageBase64",
     "MessageRole",
+    "ModelInfo",
     "OpenAiThinkingParams",
     "OutputSchema",
     "PromptCache",
@@ -39,6 +40,7 @@ __all__ = [
     "ThinkingConfig",
     "ThinkingEffort",
     "ThinkingParams",
+    "TokenCount",
     "TokenUsage",
     "ToolCall",
     "ToolDefinition",
@@ -651,3 +653,39 @@ class UnifiedResponse:
         from .cost import turn_cost
 
         return turn_cost(self.provider, self.model, self.usage, self.prompt_cache_usage, at=when)
+
+
+@attrs.frozen
+class TokenCount:
+    """What a request's prompt will cost in tokens, counted before it is sent.
+
+    ``exact`` is true when the count comes from the model's own tokenizer over what
+    the turn sends (the local engine, llama-server's ``/tokenize``, Anthropic's and
+    Gemini's counting routes), false for an estimate (tiktoken for the OpenAI
+    family). ``method`` names where the figure came from, such as
+    ``"tiktoken o200k_base"`` or ``"anthropic count_tokens"``.
+    """
+
+    tokens: int
+    exact: bool
+    method: str = ""
+
+
+@attrs.frozen
+class ModelInfo:
+    """How large a model's window is, and where that figure came from.
+
+    ``context_window`` is the tokens one request may hold (prompt plus output) where
+    the model is served: the loaded ``n_ctx`` for the local engine and llama-server,
+    genai-prices' figure for a cloud model. ``max_output_tokens`` is the most one
+    answer may hold, ``trained_context`` the window the model was trained with (a
+    GGUF's ``context_length``); each is ``None`` where nothing says. ``source`` names
+    the origin of the figures (``"genai-prices"``, ``"local engine"``,
+    ``"llama-server /props"``).
+    """
+
+    model: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    trained_context: int | None = None
+    source: str = ""

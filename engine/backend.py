@@ -138,6 +138,11 @@ class LlamaBackend:
     def closed(self) -> bool:
         return not self._free.alive
 
+    @property
+    def n_ctx_train(self) -> int:
+        """The context the model was trained with (its GGUF's ``context_length``)."""
+        return int(self._ll.llama_model_n_ctx_train(self._model))
+
     def chat_template(self) -> str | None:
         """The model's default chat template (``tokenizer.chat_template``), if any."""
         raw: bytes | None = self._ll.llama_model_chat_template(self._model, None)

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from cuca.errors import ConfigurationError
+from cuca.errors import ConfigurationError, ContextOverflowError
 from cuca.types import ImageBase64, MessageRole, Text, UnifiedRequest
 
 from .backend import LlamaBackend
@@ -251,6 +251,12 @@ class LocalModel:
         return self._backend.n_ctx
 
     @property
+    def trained_context(self) -> int:
+        """The context the model was trained with, in tokens (its GGUF's
+        ``<arch>.context_length``): what ``n_ctx`` could grow to without extrapolating."""
+        return self._backend.n_ctx_train
+
+    @property
     def n_seq(self) -> int:
         """How many turns run at once (and conversations stay warm)."""
         return self._backend.n_seq
@@ -309,9 +315,11 @@ class LocalModel:
         rendered = self._render(request)
         prompt, sizes = self._tokens(rendered.text)
         if len(prompt) > self.n_ctx:
-            raise ConfigurationError(
+            raise ContextOverflowError(
                 f"the prompt has {len(prompt)} tokens but the context holds {self.n_ctx};"
-                " load the model with a larger n_ctx"
+                " load the model with a larger n_ctx or shorten the conversation",
+                limit=self.n_ctx,
+                requested=len(prompt),
             )
         fmt = rendered.output_format
         return PreparedTurn(

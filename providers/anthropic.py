@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from cuca.errors import ConfigurationError
+from cuca.errors import ConfigurationError, ProviderError
 from cuca.types import (
     AnthropicThinkingParams,
     Block,
@@ -32,6 +32,7 @@ from cuca.types import (
     Thinking,
     ThinkingConfig,
     ThinkingEffort,
+    TokenCount,
     ToolCall,
     ToolResult,
     UnifiedMessage,
@@ -39,8 +40,9 @@ from cuca.types import (
 )
 
 from .anthropic_decode import AnthropicDecoder
-from .base import ClientSettings, HttpRequest, ProviderAdapter, StreamDecoder
+from .base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder
 from .output_format import anthropic_format, refuse
+from .overflow import Overflow, anthropic_overflow
 from .whole_response import anthropic_events, for_request
 
 __all__ = [
@@ -239,6 +241,26 @@ class AnthropicAdapter(ProviderAdapter):
 
     def error_message(self, status: int, body: str) -> str | None:
         return error_message(body)
+
+    def overflow(self, status: int, body: str) -> Overflow | None:
+        return anthropic_overflow(status, body)
+
+    async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
+        """Exact: ``POST /v1/messages/count_tokens`` over the body the turn would send,
+        less the fields that route refuses (``max_tokens``, ``stream``...)."""
+        encoded = self.encode(request)
+        body = {k: v for k, v in encoded.body.items() if k in _COUNTED_FIELDS}
+        answer = await send(HttpRequest(f"{self.url}/count_tokens", encoded.headers, body))
+        tokens = answer.get("input_tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, int):
+            raise ProviderError(self.dialect.name, f"count_tokens answered {answer!r:.200}")
+        return TokenCount(tokens, exact=True, method="anthropic count_tokens")
+
+
+_COUNTED_FIELDS = frozenset(
+    {"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"}
+)
+"""The fields ``/v1/messages/count_tokens`` takes (Anthropic's API reference)."""
 
 
 def error_message(body: str) -> str | None:

@@ -11,15 +11,32 @@ from __future__ import annotations
 import abc
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
 import attrs
 
-from cuca.errors import ConfigurationError, CucaError, JsonError, ProviderError
+from cuca.errors import (
+    ConfigurationError,
+    CucaError,
+    HttpContextOverflowError,
+    HttpStatusError,
+    JsonError,
+    ProviderError,
+    http_status_error,
+)
 from cuca.stages.protocols import Framer
 from cuca.stages.sse import SseEvent, SseParser
-from cuca.types import Block, ProviderEndpoint, TurnSummary, UnifiedRequest
+from cuca.types import (
+    Block,
+    ModelInfo,
+    ProviderEndpoint,
+    TokenCount,
+    TurnSummary,
+    UnifiedRequest,
+)
+
+from .overflow import Overflow
 
 __all__ = [
     "JSON_BODY",
@@ -29,6 +46,7 @@ __all__ = [
     "HttpRequest",
     "Item",
     "ProviderAdapter",
+    "Send",
     "StreamDecoder",
     "guarded_feed",
     "loads_json",
@@ -41,6 +59,11 @@ JSON_BODY = "\njson body"
 """The event type of a response body that was one JSON document, not an event stream
 (a type no server can send: it starts with a newline). Only a non-streamed turn's
 decoder takes it; every other decoder reports it as a ``ProviderError``."""
+
+Send: TypeAlias = Callable[["HttpRequest"], Awaitable[Any]]
+"""How an adapter asks its server something outside a turn (counting tokens, reading a
+window): the client sends the request and returns the 2xx answer's JSON, or raises the
+adapter's :meth:`ProviderAdapter.status_error` for any other status."""
 
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
 
@@ -136,6 +159,35 @@ class ProviderAdapter(abc.ABC):
 
     def error_message(self, status: int, body: str) -> str | None:
         """The vendor's own error text inside a non-2xx ``body``, if it can be found."""
+        return None
+
+    def overflow(self, status: int, body: str) -> Overflow | None:
+        """Whether a non-2xx ``body`` says the request is longer than the model's window
+        (see :mod:`~cuca.providers.overflow`); ``None`` for any other error."""
+        return None
+
+    def status_error(
+        self, status: int, body: str, retry_after: float | None = None
+    ) -> HttpStatusError:
+        """The error a non-2xx answer raises: :class:`HttpContextOverflowError` when the
+        vendor says the prompt does not fit, else the most specific
+        :class:`HttpStatusError` for the status, with the vendor's message."""
+        message = self.error_message(status, body)
+        found = self.overflow(status, body) if 400 <= status < 500 else None
+        if found is not None:
+            return HttpContextOverflowError(
+                status, body, message, limit=found.limit, requested=found.requested
+            )
+        return http_status_error(status, body, message, retry_after)
+
+    async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
+        """The prompt tokens of ``request`` as this vendor would count them, asking the
+        server through ``send`` where it has a counting route."""
+        raise ConfigurationError(f"{self.endpoint} has no way to count tokens before sending")
+
+    async def model_info(self, model: str, send: Send) -> ModelInfo | None:
+        """What the server says of ``model``'s window, or ``None`` when it has no route
+        for it (the client then looks the model up in genai-prices' data)."""
         return None
 
 

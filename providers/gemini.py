@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from cuca.errors import ConfigurationError
+from cuca.errors import ConfigurationError, ProviderError
 from cuca.stages.sse import STRAY_LINE, SseEvent, SseParser
 from cuca.types import (
     Block,
@@ -29,15 +29,17 @@ from cuca.types import (
     Thinking,
     ThinkingConfig,
     ThinkingEffort,
+    TokenCount,
     ToolCall,
     ToolResult,
     UnifiedMessage,
     UnifiedRequest,
 )
 
-from .base import ClientSettings, Framer, HttpRequest, ProviderAdapter, StreamDecoder
+from .base import ClientSettings, Framer, HttpRequest, ProviderAdapter, Send, StreamDecoder
 from .gemini_decode import SYNTHETIC_ID, GeminiDecoder
 from .output_format import gemini_fields
+from .overflow import Overflow, gemini_overflow
 from .whole_response import JsonOrSse, for_request, gemini_events
 
 __all__ = ["GeminiAdapter", "GeminiFramer", "make_gemini"]
@@ -107,6 +109,22 @@ class GeminiAdapter(ProviderAdapter):
         error = payload.get("error") if isinstance(payload, dict) else None
         message = error.get("message") if isinstance(error, dict) else None
         return message if isinstance(message, str) else None
+
+    def overflow(self, status: int, body: str) -> Overflow | None:
+        return gemini_overflow(status, body)
+
+    async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
+        """Exact: ``models/{model}:countTokens`` with the turn's whole body as its
+        ``generateContentRequest``, so the system instruction and tools count too."""
+        encoded = self.encode(request)
+        model = request.model.removeprefix("models/")
+        url = f"{self.base_url}/v1beta/models/{model}:countTokens"
+        body = {"generateContentRequest": {"model": f"models/{model}", **encoded.body}}
+        answer = await send(HttpRequest(url, encoded.headers, body))
+        tokens = answer.get("totalTokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, int):
+            raise ProviderError("gemini", f"countTokens answered {answer!r:.200}")
+        return TokenCount(tokens, exact=True, method="gemini countTokens")
 
 
 class GeminiFramer:

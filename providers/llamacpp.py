@@ -19,8 +19,10 @@ from cuca.errors import ConfigurationError, ProviderError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     MessageRole,
+    ModelInfo,
     ProviderEndpoint,
     Text,
+    TokenCount,
     TokenUsage,
     TurnSummary,
     UnifiedRequest,
@@ -31,6 +33,7 @@ from .base import (
     HttpRequest,
     Item,
     ProviderAdapter,
+    Send,
     StreamDecoder,
     guarded_feed,
 )
@@ -38,10 +41,12 @@ from .decoding import Shape, decode_frame
 from .openai_compat import Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_config import OpenAiApi, OpenAiConfig
 from .openai_decode import chat_error_message, error_text
+from .overflow import Overflow, chat_overflow
 from .whole_response import completion_events, for_request
 
 __all__ = [
     "CompletionDecoder",
+    "LlamaChatAdapter",
     "LlamaCompletionAdapter",
     "LlamaCppConfig",
     "LlamaRoute",
@@ -107,7 +112,55 @@ def make_llama_cpp(settings: ClientSettings) -> ProviderAdapter:
         from .openai_responses import ResponsesAdapter
 
         return ResponsesAdapter(LLAMA_CPP, chat_base, api_key, model=config.model)
-    return OpenAiCompatAdapter(LLAMA_CPP, chat_base, api_key, model=config.model)
+    return LlamaChatAdapter(LLAMA_CPP, chat_base, api_key, model=config.model)
+
+
+class LlamaChatAdapter(OpenAiCompatAdapter):
+    """llama-server's ``/v1/chat/completions``, which can also count exactly and say
+    its window: ``/apply-template`` renders the very body a turn sends with the
+    server's template, ``/tokenize`` counts it, ``/props`` holds ``n_ctx``."""
+
+    @property
+    def root(self) -> str:
+        """The server's URL, without ``/v1/chat/completions``."""
+        return self.url.removesuffix(f"/{self.route}").removesuffix("/v1")
+
+    async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
+        encoded = self.encode(request)
+        body = {k: v for k, v in encoded.body.items() if k not in ("stream", "stream_options")}
+        rendered = await send(HttpRequest(f"{self.root}/apply-template", encoded.headers, body))
+        prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+        if not isinstance(prompt, str):
+            raise ProviderError(_PROVIDER, f"/apply-template answered {rendered!r:.200}")
+        # as the chat route tokenizes: special tokens added and parsed
+        ask = {"content": prompt, "add_special": True, "parse_special": True}
+        counted = await send(HttpRequest(f"{self.root}/tokenize", encoded.headers, ask))
+        tokens = counted.get("tokens") if isinstance(counted, dict) else None
+        if not isinstance(tokens, list):
+            raise ProviderError(_PROVIDER, f"/tokenize answered {counted!r:.200}")
+        return TokenCount(len(tokens), exact=True, method="llama-server /tokenize")
+
+    async def model_info(self, model: str, send: Send) -> ModelInfo | None:
+        headers = bearer_headers(self._api_key, stream=False)
+        props = await send(HttpRequest(f"{self.root}/props", headers, method="GET"))
+        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        listed = await send(HttpRequest(f"{self.root}/v1/models", headers, method="GET"))
+        return ModelInfo(
+            model=model,
+            context_window=n_ctx if isinstance(n_ctx, int) else None,
+            trained_context=_trained_context(listed),
+            source="llama-server /props",
+        )
+
+
+def _trained_context(listed: Any) -> int | None:
+    """``n_ctx_train`` from the ``meta`` of ``/v1/models``' first model, if there."""
+    data = listed.get("data") if isinstance(listed, dict) else None
+    first = data[0] if isinstance(data, list) and data else None
+    meta = first.get("meta") if isinstance(first, dict) else None
+    value = meta.get("n_ctx_train") if isinstance(meta, dict) else None
+    return value if isinstance(value, int) else None
 
 
 # -- the /completion route -----------------------------------------------------------
@@ -176,6 +229,9 @@ class LlamaCompletionAdapter(ProviderAdapter):
 
     def error_message(self, status: int, body: str) -> str | None:
         return chat_error_message(body)
+
+    def overflow(self, status: int, body: str) -> Overflow | None:
+        return chat_overflow(status, body)
 
 
 _STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}

@@ -26,16 +26,18 @@ from cuca.types import (
     Thinking,
     ThinkingConfig,
     ThinkingEffort,
+    TokenCount,
     ToolCall,
     ToolResult,
     UnifiedMessage,
     UnifiedRequest,
 )
 
-from .base import ClientSettings, HttpRequest, ProviderAdapter, StreamDecoder
+from .base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder
 from .openai_config import wants_responses
 from .openai_decode import ChatCompletionsDecoder, chat_error_message, error_text
 from .output_format import chat_response_format, json_object_instruction
+from .overflow import Overflow, chat_overflow
 from .table import endpoint_info
 from .whole_response import chat_events, for_request
 
@@ -284,6 +286,18 @@ class OpenAiCompatAdapter(ProviderAdapter):
 
     def error_message(self, status: int, body: str) -> str | None:
         return chat_error_message(body)
+
+    def overflow(self, status: int, body: str) -> Overflow | None:
+        return chat_overflow(status, body)
+
+    async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
+        """An estimate: tiktoken over the body the turn would send (see
+        :mod:`~cuca.providers.token_estimate`); nothing is sent."""
+        from .token_estimate import estimate_body
+
+        body = self.encode(request).body
+        tokens, encoding = estimate_body(body, str(body.get("model") or request.model))
+        return TokenCount(tokens, exact=False, method=f"tiktoken {encoding}")
 
 
 def _adapter(dialect: Dialect, settings: ClientSettings) -> ProviderAdapter:

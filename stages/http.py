@@ -19,11 +19,11 @@ import trio
 from cuca.errors import (
     ConfigurationError,
     ConnectError,
+    HttpStatusError,
     PluginError,
     ReadTimeout,
     StreamIncomplete,
     TransportError,
-    http_status_error,
 )
 from cuca.retry import RetryPolicy, parse_retry_after
 from cuca.turn import EndOfTurn
@@ -36,7 +36,9 @@ from .sse import SseEvent
 
 __all__ = ["decode_stage", "encode_stage", "sse_stage", "transport_stage"]
 
-ErrorText = Callable[[int, str], "str | None"]
+StatusError = Callable[[int, str, "float | None"], HttpStatusError]
+"""The adapter's error boundary: status, body and ``Retry-After`` seconds in, the
+:class:`~cuca.errors.HttpStatusError` of the vendor's kind out."""
 
 
 def encode_stage(
@@ -53,7 +55,7 @@ def encode_stage(
 
 def transport_stage(
     http: httpx.AsyncClient,
-    error_text: ErrorText,
+    status_error: StatusError,
     retry: RetryPolicy | None = None,
 ) -> Chained[EncodedRequest, ResponseHead | bytes]:
     """Send each request; produce a :class:`ResponseHead`, then the body, one batch per
@@ -61,9 +63,10 @@ def transport_stage(
 
     Failures before the first body byte (connection errors, 408/409/429/5xx) are
     retried per ``retry``; a non-2xx status that is not retried (or retried too often)
-    raises the :class:`~cuca.errors.HttpStatusError` of its kind with the body and the
-    vendor's own message; httpx failures become the :class:`TransportError` of their
-    kind (``ConnectError``, ``ReadTimeout``, ``StreamIncomplete`` for a body cut short).
+    raises the :class:`~cuca.errors.HttpStatusError` the adapter's ``status_error`` makes
+    of it (its kind, the body, the vendor's own message, a context overflow); httpx
+    failures become the :class:`TransportError` of their kind (``ConnectError``,
+    ``ReadTimeout``, ``StreamIncomplete`` for a body cut short).
     The response is closed when the body ends, when the reader stops early (the decoder
     saw the end marker, an error, a cancellation: the iterator is closed) and on error.
     """
@@ -73,7 +76,7 @@ def transport_stage(
         batch: Sequence[EncodedRequest],
     ) -> AsyncGenerator[Sequence[ResponseHead | bytes], None]:
         for encoded in batch:
-            response = await _open(http, encoded.http, error_text, policy)
+            response = await _open(http, encoded.http, status_error, policy)
             url = encoded.http.url
             try:
                 headers = tuple(response.headers.multi_items())
@@ -100,7 +103,7 @@ def _body(response: httpx.Response) -> AsyncIterator[bytes]:
 async def _open(
     http: httpx.AsyncClient,
     request: WireRequest,
-    error_text: ErrorText,
+    status_error: StatusError,
     policy: RetryPolicy,
 ) -> httpx.Response:
     """The response to ``request`` once its status is 2xx, retrying what may be retried."""
@@ -130,8 +133,7 @@ async def _open(
             await trio.sleep(wait)
             attempt += 1
             continue
-        message = error_text(status, text)
-        raise http_status_error(status, text, message, parse_retry_after(retry_after))
+        raise status_error(status, text, parse_retry_after(retry_after))
 
 
 def _build(http: httpx.AsyncClient, request: WireRequest) -> httpx.Request:
@@ -294,3 +296,8 @@ def decode_stage(
             await self.out.aclose()
 
     return Chained(Decode)
+
+
+transport_error = _transport_error
+"""The :class:`TransportError` of the right kind for an httpx failure (also used by the
+calls outside a turn, :mod:`cuca.stages.probe`)."""

@@ -18,7 +18,7 @@ from cuca.engine.formats import OutputFormat
 from cuca.engine.records import TokenSink, TurnEnd, TurnStart
 from cuca.engine.sandbox import ChatSandbox
 from cuca.engine.worker import turn_stages
-from cuca.errors import ConfigurationError
+from cuca.errors import ConfigurationError, ContextOverflowError
 from cuca.stages.chain import as_actor
 from cuca.turn import EndOfTurn
 from cuca.types import (
@@ -346,8 +346,15 @@ async def test_model_context_full() -> None:
 
 async def test_model_prompt_larger_than_context() -> None:
     with load(n_ctx=256) as small:
-        with pytest.RaisesGroup(pytest.RaisesExc(ConfigurationError, match="larger n_ctx")):
-            await run_turn(small, ask("word " * (small.n_ctx + 10)))
+        request = ask("word " * (small.n_ctx + 10))
+        size = len(small.tokenize_prompt(request))
+        overflow = pytest.RaisesExc(
+            ContextOverflowError,
+            match=f"the prompt has {size} tokens but the context holds 256",
+            check=lambda e: e.limit == 256 and e.requested == size,
+        )
+        with pytest.RaisesGroup(overflow):
+            await run_turn(small, request)
 
 
 # -- cancellation and concurrency ---------------------------------------------------

@@ -40,6 +40,7 @@ from cuca import (
     merge_blocks,
 )
 from cuca.providers.base import ClientSettings, Item
+from cuca.providers.llamacpp import LlamaChatAdapter
 from cuca.providers.openai_compat import OpenAiCompatAdapter
 from cuca.providers.openai_responses import ResponsesAdapter
 from cuca.providers.registry import adapter_for
@@ -376,7 +377,7 @@ def test_responses_chat_stays_the_default() -> None:
     assert type(adapter(config=None)) is OpenAiCompatAdapter  # not its Responses subclass
     assert type(adapter(config=OpenAiConfig())) is OpenAiCompatAdapter
     llama = adapter(ProviderEndpoint.LLAMA_CPP, OpenAiConfig(api=OpenAiApi.CHAT))
-    assert type(llama) is OpenAiCompatAdapter
+    assert type(llama) is LlamaChatAdapter  # the chat adapter, with llama-server's counting
 
 
 def test_responses_wrong_config_type_is_a_configuration_error() -> None:
