@@ -41,6 +41,7 @@ SUBMODULES = {
     "sse",
     "hooks",
     "http",
+    "probe",
     "protocols",
     "registry",
     "base",

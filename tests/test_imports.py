@@ -106,6 +106,8 @@ def test_imports_an_openai_turn_loads_only_its_adapter() -> None:
         "cuca.providers.openai_config",
         "cuca.providers.output_format",
         "cuca.providers.whole_response",
+        # the vendors' context-overflow answers, recognised at the error boundary
+        "cuca.providers.overflow",
         # the chunk structs' decoder, with the submodules msgspec always loads
         *(m for m in modules if m == "msgspec" or m.startswith("msgspec.")),
     }
