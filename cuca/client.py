@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from cuca.stages.pipeline import Insertion, Pipeline
     from cuca.stages.points import Point
 
+    from .admission import TurnAdmission, TurnGate, TurnReplay
     from .pool import Pool, PoolPolicy
     from .retry import RetryPolicy
     from .tool_loop import ToolLoopOptions, ToolLoopStream
@@ -135,6 +136,12 @@ class CucaClient:
     ``base_url`` may be a list: a pool of servers serving the same model, each turn
     sent to the one with the fewest turns in flight, a failing one ejected for a
     cool-down (``pool``, a :class:`PoolPolicy`); see docs/fallback.md.
+
+    ``rate_limiter`` (a :class:`~cuca.RateLimiter`, or any
+    :class:`~cuca.admission.TurnGate`) admits every turn before its request goes out and
+    gets its permit back when the turn ends; see docs/limits.md. A plugin that is a gate
+    (:class:`~cuca.Budget`) or a replay (:class:`~cuca.ResponseCache`) takes part the
+    same way.
     """
 
     def __init__(
@@ -151,6 +158,7 @@ class CucaClient:
         http_client: httpx.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
         pool: PoolPolicy | None = None,
+        rate_limiter: TurnGate | None = None,
     ) -> None:
         from .retry import RetryPolicy
 
@@ -169,6 +177,9 @@ class CucaClient:
         self._http = http_client
         self._adapter: ProviderAdapter | None = None
         self._closed = False
+        self.rate_limiter = rate_limiter
+        self._gates, self._replay = _admitters(rate_limiter, self.plugins)
+        self._endpoint = self.base_url if urls is None else " ".join(urls)
         self._pool = None if urls is None else self._new_pool(urls, pool)
 
     def _new_pool(self, urls: tuple[str, ...], policy: PoolPolicy | None) -> Pool:
@@ -181,7 +192,7 @@ class CucaClient:
             raise ConfigurationError("a pool needs one base URL or more, on an HTTP provider")
 
         def member(url: str) -> CucaClient:
-            return CucaClient(
+            client = CucaClient(
                 self.provider,
                 base_url=url,
                 api_key=self._api_key,
@@ -191,7 +202,10 @@ class CucaClient:
                 stages=self.stages,
                 http_client=self._http,
                 retry=RetryPolicy.never(),
+                rate_limiter=self.rate_limiter,
             )
+            client._endpoint = self._endpoint  # a cached answer serves the whole pool
+            return client
 
         return Pool(urls, policy or PoolPolicy(), member)
 
@@ -324,6 +338,10 @@ class CucaClient:
             return
         request = attrs.evolve(request, provider=self.provider)
         state = TurnState()
+        admission = self._admission()
+        if admission is not None:
+            http = self.provider != ProviderEndpoint.LOCAL
+            stages = (*stages, *admission.insertions(http))
         pipeline, watch = watched(self.pipeline(stages, retry), self.plugins, request)
         background, puller = pipeline.start(state, request)
         deadline = None
@@ -334,12 +352,30 @@ class CucaClient:
             puller.set_deadline(*deadline)
         on_end = None if watch is None else partial(watch.finish, state)
         stream = ResponseStream(puller, state, request, on_end)
-        async with background_nursery() as nursery:
-            nursery.start_soon(_run, background, state, deadline)
-            try:
-                yield stream
-            finally:
-                await stream._close()
+        failed = False
+        try:
+            async with background_nursery() as nursery:
+                nursery.start_soon(_run, background, state, deadline)
+                try:
+                    yield stream
+                finally:
+                    await stream._close()
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            if admission is not None:
+                failure = await admission.settle(state, stream)
+                if failure is not None and not failed:
+                    raise failure
+
+    def _admission(self) -> TurnAdmission | None:
+        """The gates and the replay of one turn, or ``None`` when the client has none."""
+        if not self._gates and self._replay is None:
+            return None
+        from .admission import TurnAdmission
+
+        return TurnAdmission(self._gates, self._replay, self._endpoint)
 
     @asynccontextmanager
     async def generate_stream_with_response(
@@ -426,6 +462,25 @@ class CucaClient:
         from .tool_loop import run_tools
 
         return run_tools(self, request, tools, **options)
+
+
+def _admitters(
+    limiter: TurnGate | None, plugins: Sequence[CucaPlugin]
+) -> tuple[tuple[TurnGate, ...], TurnReplay | None]:
+    """The gates of a turn (the limiter, then the plugins that are gates, in order) and
+    the first plugin that replays turns (the response cache)."""
+    if limiter is None and not plugins:
+        return (), None
+    from .admission import TurnGate, TurnReplay
+
+    gates = [] if limiter is None else [limiter]
+    gates += [plugin for plugin in plugins if isinstance(plugin, TurnGate)]
+    replay = next((p for p in plugins if isinstance(p, TurnReplay)), None)
+    if limiter is not None and not isinstance(limiter, TurnGate):
+        raise ConfigurationError(
+            f"rate_limiter must be a cuca.RateLimiter (a TurnGate), not {kind(limiter)}"
+        )
+    return tuple(gates), replay
 
 
 async def _run(

@@ -22,7 +22,10 @@ Every error a turn can produce is a :class:`CucaError`::
     ├── PluginError          a plugin hook raised
     ├── OutputValidationError the answer does not fit the request's output schema
     ├── TemplateError        a chat template is invalid, hostile or raised itself
-    └── McpError             an MCP server did not start, did not answer, or its session ended
+    ├── McpError             an MCP server did not start, did not answer, or its session ended
+    ├── RateLimitExceeded    cuca's own RateLimiter refused to wait (which limit, how long)
+    ├── BudgetExceeded       a Budget refused a turn (spent, projected, limit)
+    └── StoreError           the store of a limiter, budget or cache failed (Redis down)
 
 Errors that end a turn are raised from the stream's iteration; errors that do not
 (a malformed tool call, a chunk hook that failed) are yielded in place of a block and
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 __all__ = [
     "AuthenticationError",
+    "BudgetExceeded",
     "ConfigurationError",
     "ConnectError",
     "ContextOverflowError",
@@ -47,9 +51,11 @@ __all__ = [
     "PluginError",
     "ProviderError",
     "RateLimitError",
+    "RateLimitExceeded",
     "ReadTimeout",
     "ServerError",
     "SseParseError",
+    "StoreError",
     "StreamIncomplete",
     "TemplateError",
     "ToolCallError",
@@ -355,3 +361,45 @@ class McpError(CucaError):
 
     def __repr__(self) -> str:
         return f"McpError({self.server!r}, {self.message!r}, stderr={self.stderr!r})"
+
+
+class RateLimitExceeded(CucaError):
+    """A :class:`~cuca.RateLimiter` refused a turn rather than wait: ``max_waiters`` turns
+    were already waiting, or the wait would pass ``max_wait``. ``limit`` names the limit
+    (``"requests_per_minute"``, ``"max_waiters"``...), ``wait`` the seconds it would have
+    taken (``None`` when unknown). Nothing was sent."""
+
+    prefix = "rate limit exceeded"
+
+    def __init__(self, limit: str, wait: float | None, message: str) -> None:
+        super().__init__(message)
+        self.args = (limit, wait, message)
+        self.limit = limit
+        self.wait = wait
+
+
+class BudgetExceeded(CucaError):
+    """A :class:`~cuca.Budget` refused a turn before it went out: what was ``spent`` (and
+    reserved by turns in flight), the turn's ``projected`` cost, and the ``limit``, in the
+    budget's unit (``unit``: ``"usd"`` or ``"tokens"``). ``projected`` is ``None`` for a
+    model without a price, refused under ``on_unpriced="refuse"``."""
+
+    prefix = "budget exceeded"
+
+    def __init__(
+        self, unit: str, spent: float, projected: float | None, limit: float, message: str
+    ) -> None:
+        super().__init__(message)
+        self.args = (unit, spent, projected, limit, message)
+        self.unit = unit
+        self.spent = spent
+        self.projected = projected
+        self.limit = limit
+
+
+class StoreError(CucaError):
+    """The store behind a limiter, a budget or a cache failed (Redis unreachable or
+    stopped, a SQLite file locked or unwritable): the turn ends with this error, never a
+    hang and never a silent pass, unless the feature was built with ``fail_open=True``."""
+
+    prefix = "store error"

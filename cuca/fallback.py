@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import attrs
 
+from .admission import TurnGate, admitted
 from .errors import (
     ConfigurationError,
     CucaError,
@@ -111,6 +112,9 @@ class FallbackClient:
     an item has been yielded, a failure is raised as it is and no other client is
     asked. The response says who answered (``provider``, ``model``, ``endpoint``).
     Closing the fallback client closes every client it holds.
+
+    ``rate_limiter`` (a :class:`~cuca.RateLimiter`) admits each turn once, whichever
+    client answers it; each client may have its own as well.
     """
 
     def __init__(
@@ -118,11 +122,13 @@ class FallbackClient:
         clients: Sequence[StreamingClient | tuple[StreamingClient, str]],
         *,
         fallback_on: FallbackOn = default_fallback_on,
+        rate_limiter: TurnGate | None = None,
     ) -> None:
         if not clients:
             raise ConfigurationError("a FallbackClient needs at least one client")
         self.clients = tuple(c if isinstance(c, tuple) else (c, None) for c in clients)
         self.fallback_on = fallback_on
+        self.rate_limiter = rate_limiter
 
     async def __aenter__(self) -> FallbackClient:
         return self
@@ -148,7 +154,11 @@ class FallbackClient:
                 return None
             return nullcontext(client if model is None else _WithModel(client, model))
 
-        async with first_answer(next_attempt, request, self.fallback_on) as stream:
+        async with (
+            admitted(self.rate_limiter, request) as ran,
+            first_answer(next_attempt, request, self.fallback_on) as stream,
+        ):
+            ran(stream)
             yield stream
 
     async def generate(self, request: UnifiedRequest) -> Completion:

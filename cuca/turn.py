@@ -39,6 +39,8 @@ class EndOfTurn:
     summary: TurnSummary
     endpoint: str | None = None
     """The base URL the turn went to (``None`` for the local engine)."""
+    cached: bool = False
+    """Whether the turn was answered by a response cache (nothing was sent)."""
 
     def response(self) -> UnifiedResponse:
         """The turn's terminal record."""
@@ -51,4 +53,5 @@ class EndOfTurn:
             finish_reason=summary.finish_reason,
             counted_usage=summary.counted_usage,
             endpoint=self.endpoint,
+            cached=self.cached,
         )

@@ -630,6 +630,9 @@ class UnifiedResponse:
     ``endpoint`` is the base URL of the server that answered (the member of a pool
     that served the turn); ``None`` for the local engine and for a client left on its
     provider's default URL.
+
+    ``cached`` is true when a :class:`~cuca.ResponseCache` answered the turn from a turn
+    it kept: nothing was sent, ``usage`` is the kept turn's, and ``cost`` is 0.
     """
 
     provider: ProviderEndpoint
@@ -641,6 +644,7 @@ class UnifiedResponse:
     """Counts the adapter made itself where the server reports no usage (llama.cpp's
     ``/completion`` route); ``None`` elsewhere. Not token counts: see the provider page."""
     endpoint: str | None = None
+    cached: bool = False
 
     @property
     def cost(self) -> Decimal | None:
@@ -649,7 +653,12 @@ class UnifiedResponse:
         return self.cost_at(None)
 
     def cost_at(self, when: datetime | None) -> Decimal | None:
-        """The cost at the prices in force at ``when`` (a timezone-aware datetime)."""
+        """The cost at the prices in force at ``when`` (a timezone-aware datetime); 0 for
+        a turn answered by the response cache."""
+        if self.cached:
+            from decimal import Decimal
+
+            return Decimal(0)
         from .cost import turn_cost
 
         return turn_cost(self.provider, self.model, self.usage, self.prompt_cache_usage, at=when)

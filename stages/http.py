@@ -263,8 +263,10 @@ def decode_stage(
             self.decoder: Decoder | None = None
             self.request: UnifiedRequest | None = None
             self.drained = 0
+            self.received = False
 
         async def send(self, batch: Sequence[ResponseHead | SseEvent], /) -> None:
+            self.received = True
             decoder = self.decoder
             if decoder is not None and decoder.finished:
                 self.drained += 1
@@ -289,6 +291,9 @@ def decode_stage(
 
         async def aclose(self) -> None:
             if self.decoder is None or self.request is None:
+                if not self.received:  # no request went out (a cache answered the turn)
+                    await self.out.aclose()
+                    return
                 raise StreamIncomplete("the response ended before it began")
             tail = self.decoder.close()
             end = EndOfTurn(self.request, self.decoder.summary(), endpoint)

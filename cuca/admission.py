@@ -1,0 +1,215 @@
+"""Admission: what a turn asks for before its request goes out, and gives back when it
+ends, however it ends.
+
+Two small protocols let features outside the core take part in a turn without the
+core knowing them:
+
+- a :class:`TurnGate` (a rate limiter, a budget) admits a turn, possibly after waiting,
+  or refuses it by raising; the :class:`Ticket` it returns sees the response's status
+  and headers and is settled once the turn has ended (``ok``, ``error`` or
+  ``cancelled``): a dropped stream never keeps its permit;
+- a :class:`TurnReplay` (the response cache) may answer a turn from what it kept: the
+  stored blocks then flow through the chunk hooks as a stream, and nothing is sent.
+
+The client puts three small actors in a turn that has either: ``admission`` right after
+``request_hooks`` (the request as the plugins left it: a cache lookup, then every
+gate), ``response_head`` after ``transport`` (headers to the tickets) and ``replay``
+before ``chunk_hooks`` (records a live turn's blocks, or replays a hit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
+import trio
+
+from .errors import CucaError
+from .observe import TurnEnd
+from .turn import EndOfTurn, TurnState
+from .types import Block, TurnSummary, UnifiedRequest
+
+if TYPE_CHECKING:
+    from cuca.stages.pipeline import Insertion
+
+    from .stream import ResponseStream
+
+__all__ = ["Replay", "Ticket", "TurnAdmission", "TurnGate", "TurnReplay", "admitted"]
+
+SETTLE_TIMEOUT = 10.0
+"""Seconds a cancelled turn may spend giving its permits back (shielded from the
+cancellation) before it gives up on a store that does not answer."""
+
+REPLAY_BATCH = 32
+"""Blocks per batch of a replayed turn."""
+
+
+class Ticket(Protocol):
+    """A turn's permit from one :class:`TurnGate`."""
+
+    async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        """The response's status and headers, as soon as they arrive (HTTP turns)."""
+        ...
+
+    async def settle(self, end: TurnEnd) -> None:
+        """Called once when the turn has ended, with how it ended."""
+        ...
+
+
+@runtime_checkable
+class TurnGate(Protocol):
+    """Admits turns: :meth:`admit` returns once the turn may go (it may wait, in a
+    cancel scope of the turn) or raises a :class:`~cuca.errors.CucaError` that ends it."""
+
+    async def admit(self, request: UnifiedRequest) -> Ticket: ...
+
+
+@attrs.frozen
+class Replay:
+    """A kept turn: its blocks (as the provider's decoder produced them, before any
+    chunk hook) and what the provider reported about it."""
+
+    blocks: tuple[Block, ...]
+    summary: TurnSummary
+
+
+@runtime_checkable
+class TurnReplay(Protocol):
+    """Answers turns it has seen before. ``endpoint`` names where the turn would go
+    (the base URL, or the pool's URLs)."""
+
+    async def lookup(self, request: UnifiedRequest, endpoint: str | None) -> Replay | None: ...
+
+    async def keep(
+        self, request: UnifiedRequest, endpoint: str | None, replay: Replay
+    ) -> None: ...
+
+
+class TurnAdmission:
+    """One turn's gates and replay: the actors to insert, then :meth:`settle`."""
+
+    def __init__(
+        self, gates: Sequence[TurnGate], replay: TurnReplay | None, endpoint: str | None
+    ) -> None:
+        self.gates = gates
+        self.replay = replay
+        self.endpoint = endpoint
+        self.tickets: list[Ticket] = []
+        self.request: UnifiedRequest | None = None
+        self.hit: Replay | None = None
+        self.blocks: list[Block] = []
+        self.clean = True
+        self.summary: TurnSummary | None = None
+
+    def insertions(self, http: bool) -> list[Insertion[Any]]:
+        from cuca.stages.pipeline import after, before
+
+        stages = [after("request_hooks", self._admit, "admission")]
+        if http and self.gates:
+            stages.append(after("transport", self._head, "response_head"))
+        if self.replay is not None:
+            stages.append(before("chunk_hooks", self._replay, "replay"))
+        return stages
+
+    async def _admit(
+        self, receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        async for batch in receive:
+            for request in batch:
+                self.request = request
+                if self.replay is not None:
+                    self.hit = await self.replay.lookup(request, self.endpoint)
+                    if self.hit is not None:
+                        continue  # answered from the cache: nothing goes out
+                for gate in self.gates:
+                    self.tickets.append(await gate.admit(request))
+                await send.send([request])
+
+    async def _head(
+        self, receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        from cuca.stages.items import ResponseHead
+
+        async for batch in receive:
+            head = batch[0]
+            if type(head) is ResponseHead:
+                for ticket in self.tickets:
+                    await ticket.on_head(head.status, head.headers)
+            await send.send(batch)
+
+    async def _replay(
+        self, receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
+    ) -> None:
+        async for batch in receive:
+            for item in batch:
+                if isinstance(item, EndOfTurn):
+                    self.summary = item.summary
+                elif isinstance(item, CucaError):
+                    self.clean = False  # a turn with an error item is not kept
+                else:
+                    self.blocks.append(item)
+            await send.send(batch)
+        hit, request = self.hit, self.request
+        if hit is None or request is None:
+            return
+        for start in range(0, len(hit.blocks), REPLAY_BATCH):
+            await send.send(list(hit.blocks[start : start + REPLAY_BATCH]))
+        await send.send([EndOfTurn(request, hit.summary, cached=True)])
+
+    async def settle(self, state: TurnState, stream: ResponseStream) -> BaseException | None:
+        """Settle every ticket and keep a clean live turn; the first failure is returned
+        (the caller raises it when nothing else is being raised). Shielded from a
+        cancellation, within :data:`SETTLE_TIMEOUT`."""
+        response = stream.response
+        if state.error is not None:
+            end = TurnEnd("error", error=state.error)
+        elif response is not None:
+            end = TurnEnd("ok", response)
+        else:
+            end = TurnEnd("cancelled")
+        failure: BaseException | None = None
+        with trio.move_on_after(SETTLE_TIMEOUT) as scope:
+            scope.shield = True
+            for ticket in self.tickets:
+                try:
+                    await ticket.settle(end)
+                except CucaError as exc:
+                    failure = failure or exc
+            keep = self.replay is not None and self.hit is None and self.clean
+            if keep and response is not None and self.summary is not None:
+                assert self.replay is not None and self.request is not None
+                try:
+                    replay = Replay(tuple(self.blocks), self.summary)
+                    await self.replay.keep(self.request, self.endpoint, replay)
+                except CucaError as exc:
+                    failure = failure or exc
+        return failure
+
+
+@asynccontextmanager
+async def admitted(
+    gate: TurnGate | None, request: UnifiedRequest
+) -> AsyncIterator[Callable[[ResponseStream], None]]:
+    """A turn run by a service over clients (a :class:`~cuca.FallbackClient`) under
+    ``gate``: admitted before the block, settled after it however it is left. The block
+    calls the yielded function with the stream it ran, so the settlement sees how the
+    turn ended."""
+    if gate is None:
+        yield lambda stream: None
+        return
+    ticket = await gate.admit(request)
+    streams: list[ResponseStream] = []
+    end = TurnEnd("cancelled")
+    try:
+        yield streams.append
+        if streams and streams[-1].response is not None:
+            end = TurnEnd("ok", streams[-1].response)
+    except Exception as exc:
+        end = TurnEnd("error", error=exc)
+        raise
+    finally:
+        with trio.move_on_after(SETTLE_TIMEOUT) as scope:
+            scope.shield = True
+            await ticket.settle(end)

@@ -1,0 +1,7 @@
+"""Rate limits and budgets: what a turn may spend, admitted before its request goes
+out (see docs/limits.md)."""
+
+from .budget import Budget, BudgetWarning
+from .limiter import RateLimiter
+
+__all__ = ["Budget", "BudgetWarning", "RateLimiter"]

@@ -1,0 +1,256 @@
+"""``Budget``: a cap on dollars or tokens spent, that concurrent turns cannot overshoot
+together (a plugin; its state in a shared store for many processes)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Literal
+
+import attrs
+
+from cuca._checks import kind
+from cuca.cost import turn_cost
+from cuca.errors import BudgetExceeded, ConfigurationError
+from cuca.observe import TurnEnd
+from cuca.plugins import CucaPlugin
+from cuca.store import MemoryStore, Store
+from cuca.types import TokenUsage, UnifiedRequest
+
+from .estimate import estimate_input_tokens
+
+__all__ = ["Budget", "BudgetWarning"]
+
+DEFAULT_MAX_TOKENS = 4096
+"""The output tokens projected for a request that sets no ``max_tokens``."""
+
+RESERVATION_TTL = 3600.0
+"""Seconds after which a reservation left by a process that died is dropped."""
+
+
+@attrs.frozen
+class BudgetWarning:
+    """Spending has crossed ``warn_at`` of the budget: ``spent`` of ``limit`` in
+    ``unit`` (``"usd"`` or ``"tokens"``), ``fraction`` = spent / limit."""
+
+    unit: str
+    spent: float
+    limit: float
+    fraction: float
+
+
+@attrs.frozen
+class _Projection:
+    usd: float | None
+    tokens: int
+
+
+class Budget(CucaPlugin):
+    """Refuses a turn whose projected cost would pass the budget, and charges each
+    turn's exact cost when it ends. A plugin: ``CucaClient(..., plugins=[budget])``.
+
+    - ``usd``: dollars; a turn's projection is its estimated prompt tokens (text length
+      / 4) plus ``max_tokens`` (or :data:`DEFAULT_MAX_TOKENS`) at the model's prices
+      (genai-prices), and its charge the exact cost of its usage;
+    - ``tokens``: prompt plus completion tokens, projected the same way;
+    - ``window``: seconds after which spending starts again from 0 (fixed windows
+      aligned on the epoch); ``None``: for ever;
+    - ``warn_at``: ``on_warn(BudgetWarning)`` is called once per window when spending
+      crosses that fraction of a limit;
+    - ``on_unpriced``: a model without a price is ``"refuse"``d (the default when
+      ``usd`` is set) or ``"allow"``ed (counted at 0 dollars).
+
+    The projection is reserved before the request goes out and settled when the turn
+    ends, so concurrent turns are admitted only while their reservations fit. A turn
+    that fails is charged nothing (no usage); one cancelled mid-way is charged its
+    reservation (the provider bills what it generated, which cuca cannot know).
+    """
+
+    name = "budget"
+
+    def __init__(
+        self,
+        usd: float | None = None,
+        tokens: int | None = None,
+        window: float | None = None,
+        store: Store | None = None,
+        *,
+        warn_at: float | None = 0.8,
+        on_warn: Callable[[BudgetWarning], None] | None = None,
+        on_unpriced: Literal["allow", "refuse"] | None = None,
+        key: str = "cuca:budget",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if usd is None and tokens is None:
+            raise ConfigurationError("a Budget needs usd= or tokens=")
+        for name, value in (("usd", usd), ("tokens", tokens), ("window", window)):
+            if value is not None and (isinstance(value, bool) or not value > 0):
+                raise ConfigurationError(f"{name} must be a positive number, not {value!r}")
+        if on_unpriced not in (None, "allow", "refuse"):
+            raise ConfigurationError(
+                f'on_unpriced must be "allow" or "refuse", not {on_unpriced!r}'
+            )
+        if store is not None and not isinstance(store, Store):
+            raise ConfigurationError(f"store must be a cuca store, not {kind(store)}")
+        self.usd = None if usd is None else float(usd)
+        self.tokens = tokens
+        self.window = window
+        self.store: Store = store if store is not None else MemoryStore()
+        self.warn_at = warn_at
+        self.on_warn = on_warn
+        self.on_unpriced = on_unpriced or ("refuse" if usd is not None else "allow")
+        self.key = key
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"Budget(usd={self.usd}, tokens={self.tokens}, window={self.window})"
+
+    def _key(self, now: float) -> tuple[str, float | None]:
+        if self.window is None:
+            return self.key, None
+        return f"{self.key}:{int(now // self.window)}", 2 * self.window
+
+    def _limits(self) -> dict[str, float]:
+        limits: dict[str, float] = {}
+        if self.usd is not None:
+            limits["usd"] = self.usd
+        if self.tokens is not None:
+            limits["tokens"] = float(self.tokens)
+        return limits
+
+    def project(self, request: UnifiedRequest) -> _Projection:
+        """What ``request`` may cost at most: dollars (``None`` when unpriced) and tokens."""
+        prompt = estimate_input_tokens(request)
+        output = request.max_tokens or DEFAULT_MAX_TOKENS
+        usage = TokenUsage(prompt_tokens=prompt, completion_tokens=output)
+        usd = turn_cost(request.provider, request.model, usage) if self.usd is not None else None
+        return _Projection(None if usd is None else float(usd), prompt + output)
+
+    async def spent(self) -> dict[str, float]:
+        """What the current window has spent so far (reservations not included)."""
+        state = await self.store.get(self._key(self.clock())[0]) or {}
+        return {unit: float(state.get("spent", {}).get(unit, 0.0)) for unit in self._limits()}
+
+    async def admit(self, request: UnifiedRequest) -> _Reservation:
+        """Reserve the turn's projection, or raise :class:`BudgetExceeded`."""
+        projection = self.project(request)
+        if self.usd is not None and projection.usd is None and self.on_unpriced == "refuse":
+            spent = (await self.spent()).get("usd", 0.0)
+            raise BudgetExceeded(
+                "usd", spent, None, self.usd,
+                f"no price is known for {request.model!r} on {request.provider.kind} "
+                '(on_unpriced="refuse"; pass on_unpriced="allow" to count it at $0)',
+            )
+        amounts = {"usd": projection.usd or 0.0, "tokens": float(projection.tokens)}
+        amounts = {unit: amounts[unit] for unit in self._limits()}
+        now = self.clock()
+        key, ttl = self._key(now)
+        ident, limits = uuid.uuid4().hex, self._limits()
+        refusal = await self.store.update(
+            key, lambda old: _reserve(old, now, ident, amounts, limits), ttl
+        )
+        if refusal is not None:
+            unit, spent = refusal
+            raise BudgetExceeded(
+                unit, spent, amounts[unit], limits[unit],
+                f"{unit}: spent and reserved {_shown(unit, spent)}, this turn projects "
+                f"{_shown(unit, amounts[unit])}, the limit is {_shown(unit, limits[unit])}",
+            )
+        return _Reservation(self, key, ttl, ident, amounts)
+
+    async def _settle(
+        self, key: str, ttl: float | None, ident: str, reserved: Mapping[str, float], end: TurnEnd
+    ) -> None:
+        charge = self._charge(reserved, end)
+        limits, warn_at = self._limits(), self.warn_at
+        warnings: list[BudgetWarning] = await self.store.update(
+            key, lambda old: _settle(old, ident, charge, limits, warn_at), ttl
+        )
+        for warning in warnings:
+            if self.on_warn is not None:
+                self.on_warn(warning)
+
+    def _charge(self, reserved: Mapping[str, float], end: TurnEnd) -> dict[str, float]:
+        if end.status == "cancelled":
+            return dict(reserved)
+        response = end.response
+        if response is None or response.usage is None:
+            return {unit: 0.0 for unit in reserved}
+        charge: dict[str, float] = {}
+        if "usd" in reserved:
+            cost: Decimal | None = response.cost
+            charge["usd"] = 0.0 if cost is None else float(cost)
+        if "tokens" in reserved:
+            usage = response.usage
+            charge["tokens"] = 0.0 if response.cached else float(
+                usage.prompt_tokens + usage.completion_tokens
+            )
+        return charge
+
+
+class _Reservation:
+    """One admitted turn's reservation; settled once."""
+
+    def __init__(
+        self, budget: Budget, key: str, ttl: float | None, ident: str, amounts: dict[str, float]
+    ) -> None:
+        self.budget, self.key, self.ttl, self.ident, self.amounts = budget, key, ttl, ident, amounts
+        self.settled = False
+
+    async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        """Headers say nothing about spending."""
+
+    async def settle(self, end: TurnEnd) -> None:
+        if not self.settled:
+            self.settled = True
+            await self.budget._settle(self.key, self.ttl, self.ident, self.amounts, end)
+
+
+def _state(old: Any) -> dict[str, Any]:
+    state = dict(old) if isinstance(old, Mapping) else {}
+    state["spent"] = dict(state.get("spent") or {})
+    state["held"] = dict(state.get("held") or {})
+    state["warned"] = list(state.get("warned") or [])
+    return state
+
+
+def _reserve(
+    old: Any, now: float, ident: str, amounts: Mapping[str, float], limits: Mapping[str, float]
+) -> tuple[dict[str, Any], tuple[str, float] | None]:
+    """Add the reservation when every unit still fits; else the unit that does not and
+    what is spent and reserved in it (nothing changed)."""
+    state = _state(old)
+    held = {k: v for k, v in state["held"].items() if float(v["at"]) > now - RESERVATION_TTL}
+    for unit, limit in limits.items():
+        used = float(state["spent"].get(unit, 0.0)) + sum(float(h[unit]) for h in held.values())
+        if used + amounts[unit] > limit:
+            return state, (unit, used)
+    held[ident] = {"at": now, **amounts}
+    state["held"] = held
+    return state, None
+
+
+def _settle(
+    old: Any,
+    ident: str,
+    charge: Mapping[str, float],
+    limits: Mapping[str, float],
+    warn_at: float | None,
+) -> tuple[dict[str, Any], list[BudgetWarning]]:
+    state = _state(old)
+    state["held"].pop(ident, None)
+    warnings: list[BudgetWarning] = []
+    for unit, amount in charge.items():
+        spent = float(state["spent"].get(unit, 0.0)) + amount
+        state["spent"][unit] = spent
+        fraction = spent / limits[unit]
+        if warn_at is not None and fraction >= warn_at and unit not in state["warned"]:
+            state["warned"].append(unit)
+            warnings.append(BudgetWarning(unit, spent, limits[unit], fraction))
+    return state, warnings
+
+
+def _shown(unit: str, amount: float) -> str:
+    return f"${amount:.6f}" if unit == "usd" else f"{amount:.0f} tokens"

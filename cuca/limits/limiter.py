@@ -1,0 +1,300 @@
+"""``RateLimiter``: requests, input and output tokens per minute, and turns in flight,
+for one client or many, in one process or across machines (through a shared store)."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import trio
+
+from cuca._checks import kind
+from cuca.errors import ConfigurationError, RateLimitError, RateLimitExceeded, StoreError
+from cuca.observe import TurnEnd
+from cuca.store import MemoryStore, Store
+from cuca.types import UnifiedRequest
+
+from . import window
+from .estimate import estimate_input_tokens
+from .window import Bucket
+
+__all__ = ["RateLimiter"]
+
+LEASE_POLL = 0.05
+"""Seconds between two looks at another process's concurrency slots."""
+
+
+def _positive(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(f"{name} must be a positive number, not {value!r}")
+    return float(value)
+
+
+class RateLimiter:
+    """Admits turns at no more than the given rates; give it to one client or several
+    (``CucaClient(..., rate_limiter=limiter)``, ``FallbackClient``, pools).
+
+    - ``requests_per_minute``: turns are spaced ``60 / rpm`` seconds apart (``burst``
+      may go at once, 1 by default);
+    - ``input_tokens_per_minute``: each turn is charged its estimated prompt tokens
+      (text length / 4) when admitted, corrected by its exact usage when it ends;
+    - ``output_tokens_per_minute``: charged the exact completion tokens when a turn
+      ends; a turn waits while the last ones' output has not drained;
+    - ``max_concurrent``: turns in flight at once (a slot is held until the turn ends);
+    - ``max_waiters``: turns of this process that may wait at once; ``max_wait``:
+      seconds a turn may wait. Past either, :class:`~cuca.errors.RateLimitExceeded`.
+
+    The server steers it: a 429 that ended a turn with ``Retry-After``, and the vendors'
+    rate-limit headers saying a limit is used up until its reset, pause every turn that
+    shares the limiter. ``store`` shares it between processes (``SqliteStore``,
+    ``RedisStore``; in memory by default) under ``key``; ``fail_open=True`` admits
+    turns when the store is down instead of failing them with
+    :class:`~cuca.errors.StoreError`. ``clock`` is the wall clock (``time.time``).
+    """
+
+    def __init__(
+        self,
+        requests_per_minute: float | None = None,
+        input_tokens_per_minute: float | None = None,
+        output_tokens_per_minute: float | None = None,
+        max_concurrent: int | None = None,
+        max_waiters: int | None = None,
+        max_wait: float | None = None,
+        store: Store | None = None,
+        *,
+        burst: int = 1,
+        key: str = "cuca:ratelimit",
+        fail_open: bool = False,
+        lease_ttl: float = 600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        rpm = _positive("requests_per_minute", requests_per_minute)
+        itpm = _positive("input_tokens_per_minute", input_tokens_per_minute)
+        otpm = _positive("output_tokens_per_minute", output_tokens_per_minute)
+        for name, value in (("max_concurrent", max_concurrent), ("max_waiters", max_waiters)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ConfigurationError(f"{name} must be an integer >= 0, not {value!r}")
+        if max_wait is not None and (not isinstance(max_wait, int | float) or max_wait < 0):
+            raise ConfigurationError(f"max_wait must be seconds >= 0, not {max_wait!r}")
+        if not isinstance(burst, int) or burst < 1:
+            raise ConfigurationError(f"burst must be an integer >= 1, not {burst!r}")
+        if store is not None and not isinstance(store, Store):
+            raise ConfigurationError(f"store must be a cuca store, not {kind(store)}")
+        self.requests = None if rpm is None else Bucket("requests_per_minute", rpm, burst)
+        self.input = None if itpm is None else Bucket("input_tokens_per_minute", itpm, itpm)
+        self.output = None if otpm is None else Bucket("output_tokens_per_minute", otpm, otpm)
+        self.max_concurrent = max_concurrent
+        self.max_waiters = max_waiters
+        self.max_wait = max_wait
+        self.store: Store = store if store is not None else MemoryStore()
+        self.key = key
+        self.fail_open = fail_open
+        self.lease_ttl = lease_ttl
+        self.clock = clock
+        self._waiting = 0
+        self._slot_freed = trio.Event()
+        self._lease_lock = trio.Lock()
+        self._ttl = max(3600.0, 2 * lease_ttl)
+
+    def __repr__(self) -> str:
+        limits = [b for b in (self.requests, self.input, self.output) if b is not None]
+        shown = ", ".join(f"{b.name}={b.per_minute:g}" for b in limits)
+        return f"RateLimiter({shown}, max_concurrent={self.max_concurrent}, store={self.store!r})"
+
+    @property
+    def waiting(self) -> int:
+        """Turns of this process waiting to be admitted now."""
+        return self._waiting
+
+    async def _update(self, change: Any) -> Any:
+        return await self.store.update(self.key, change, self._ttl)
+
+    async def admit(self, request: UnifiedRequest) -> _Ticket:
+        """Wait until ``request`` may go out, and return its permit; raises
+        :class:`RateLimitExceeded` rather than wait past ``max_waiters``/``max_wait``."""
+        estimate = estimate_input_tokens(request) if self.input is not None else 0
+        try:
+            holder = await self._lease() if self.max_concurrent is not None else None
+        except StoreError:
+            if not self.fail_open:
+                raise
+            return _Ticket(self, None, 0, broken=True)
+        try:
+            await self._reserve(estimate)
+        except StoreError:
+            if not self.fail_open:
+                await self._give_back(holder)
+                raise
+            return _Ticket(self, holder, 0, broken=True)
+        except BaseException:
+            await self._give_back(holder)
+            raise
+        return _Ticket(self, holder, estimate)
+
+    def _costs(self, estimate: int, charging: bool = True) -> dict[Bucket, float]:
+        costs: dict[Bucket, float] = {}
+        if self.requests is not None:
+            costs[self.requests] = 1
+        if self.input is not None:
+            costs[self.input] = estimate
+        if self.output is not None and charging:
+            costs[self.output] = 0
+        return costs
+
+    async def _reserve(self, estimate: int) -> None:
+        costs = self._costs(estimate)
+        may_wait = self.max_waiters is None or self._waiting < self.max_waiters
+        now = self.clock()
+        reservation: window.Reservation = await self._update(
+            lambda old: window.reserve(old, now, costs, self.max_wait, may_wait)
+        )
+        if reservation.refused:
+            raise self._refusal(reservation.limit or "server", reservation.wait, may_wait)
+        if reservation.wait <= 0:
+            return
+        self._waiting += 1
+        try:
+            await trio.sleep(reservation.wait)
+        except BaseException:
+            with trio.move_on_after(5) as scope:
+                scope.shield = True
+                await self._update(lambda old: window.refund(old, costs))
+            raise
+        finally:
+            self._waiting -= 1
+
+    def _refusal(self, limit: str, wait: float | None, may_wait: bool) -> RateLimitExceeded:
+        shown = "an unknown time" if wait is None else f"{wait:.2f} s"
+        if not may_wait:
+            return RateLimitExceeded(
+                "max_waiters",
+                wait,
+                f"{self._waiting} turns are already waiting (max_waiters={self.max_waiters}); "
+                f"{limit} would have made this one wait {shown}",
+            )
+        return RateLimitExceeded(
+            limit, wait, f"{limit}: the wait would be {shown}, past max_wait={self.max_wait} s"
+        )
+
+    async def _lease(self) -> str:
+        """A concurrency slot, waited for in order (trio's lock is fair), within
+        ``max_wait``."""
+        assert self.max_concurrent is not None
+        limit, holder = self.max_concurrent, uuid.uuid4().hex
+        if self.max_waiters is not None and self._waiting >= self.max_waiters and limit == 0:
+            raise self._refusal("max_concurrent", None, False)
+        deadline = math.inf if self.max_wait is None else trio.current_time() + self.max_wait
+        counted = False
+        try:
+            with trio.move_on_at(deadline):
+                async with self._lease_lock:
+                    while True:
+                        taken = await self._update(
+                            partial(window.lease, now=self.clock(), holder=holder, limit=limit,
+                                    ttl=self.lease_ttl)
+                        )
+                        if taken:
+                            return holder
+                        if not counted:
+                            if self.max_waiters is not None and self._waiting >= self.max_waiters:
+                                raise self._refusal("max_concurrent", None, False)
+                            self._waiting, counted = self._waiting + 1, True
+                        with trio.move_on_after(LEASE_POLL):
+                            await self._slot_freed.wait()
+        finally:
+            if counted:
+                self._waiting -= 1
+        raise RateLimitExceeded(
+            "max_concurrent",
+            None,
+            f"max_concurrent={limit} turns stayed in flight for max_wait={self.max_wait} s",
+        )
+
+    async def _give_back(self, holder: str | None) -> None:
+        if holder is None:
+            return
+        with trio.move_on_after(5) as scope:
+            scope.shield = True
+            try:
+                await self._update(lambda old: (window.release(old, holder), None))
+            finally:
+                self._slot_freed.set()
+                self._slot_freed = trio.Event()
+
+    async def settle(self, holder: str | None, estimate: int, end: TurnEnd) -> None:
+        """The turn has ended: give its slot back, charge its exact tokens, and pause
+        everyone when the server refused it with ``Retry-After``."""
+        usage = end.response.usage if end.response is not None else None
+        costs: dict[Bucket, float] = {}
+        if self.input is not None and usage is not None:
+            costs[self.input] = usage.prompt_tokens - estimate
+        if self.output is not None and usage is not None:
+            costs[self.output] = usage.completion_tokens
+        error = end.error
+        retry_after = error.retry_after if isinstance(error, RateLimitError) else None
+        if not costs and retry_after is None and holder is None:
+            return
+        now = self.clock()
+
+        def change(old: Any) -> tuple[Any, None]:
+            state = window.charge(old, now, costs)
+            if retry_after is not None:
+                state = window.pause(state, now + retry_after, self.requests)
+            if holder is not None:
+                state = window.release(state, holder)
+            return state, None
+
+        try:
+            await self._update(change)
+        except StoreError:
+            if not self.fail_open:
+                raise
+        finally:
+            if holder is not None:
+                self._slot_freed.set()
+                self._slot_freed = trio.Event()
+
+    async def steer(self, headers: Sequence[tuple[str, str]]) -> None:
+        """Apply what a response's rate-limit headers say (a limit used up until its
+        reset pauses every turn sharing this limiter)."""
+        from cuca.providers.ratelimit import rate_limit_hint
+
+        now = self.clock()
+        hint = rate_limit_hint(headers, now)
+        if hint is None or not hint.pause:
+            return
+        until = now + hint.pause
+        try:
+            await self._update(lambda old: (window.pause(old, until, self.requests), None))
+        except StoreError:
+            if not self.fail_open:
+                raise
+
+
+class _Ticket:
+    """One admitted turn's permit."""
+
+    def __init__(
+        self, limiter: RateLimiter, holder: str | None, estimate: int, broken: bool = False
+    ) -> None:
+        self.limiter = limiter
+        self.holder = holder
+        self.estimate = estimate
+        self.broken = broken  # admitted without the store (fail_open): nothing to settle
+        self.settled = False
+
+    async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        if not self.broken:
+            await self.limiter.steer(headers)
+
+    async def settle(self, end: TurnEnd) -> None:
+        if self.settled or self.broken:
+            return
+        self.settled = True
+        await self.limiter.settle(self.holder, self.estimate, end)

@@ -1,0 +1,99 @@
+"""The vendors' rate-limit headers, read into one hint for cuca's rate limiter.
+
+OpenAI-style servers (OpenAI, vLLM, DeepSeek and others that copy them) send
+``x-ratelimit-remaining-{requests,tokens}`` with ``x-ratelimit-reset-{requests,tokens}``
+as a duration (``"1s"``, ``"6m0s"``, ``"20ms"``); Anthropic sends
+``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}``
+with the reset as an RFC 3339 time. A limit whose remaining count is 0 pauses the
+limiter until its reset; ``Retry-After`` (seconds or an HTTP date) pauses it too.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from datetime import datetime
+
+import attrs
+
+from cuca.retry import parse_retry_after
+
+__all__ = ["RateLimitHint", "parse_duration", "rate_limit_hint"]
+
+_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@attrs.frozen
+class RateLimitHint:
+    """What a response's headers say: ``pause`` is how long, in seconds, every turn
+    sharing the limiter should wait (``None``: no need); ``remaining`` maps a limit
+    (``"requests"``, ``"tokens"``, ...) to what is left of it."""
+
+    pause: float | None
+    remaining: dict[str, int] = attrs.field(factory=dict)
+
+
+def rate_limit_hint(
+    headers: Sequence[tuple[str, str]], now: float | None = None
+) -> RateLimitHint | None:
+    """The hint in ``headers`` (any case), or ``None`` when they carry no rate-limit
+    header. ``now`` is the wall-clock time (``time.time()``) for reset times."""
+    lowered = {name.lower(): value for name, value in headers}
+    current = time.time() if now is None else now
+    remaining: dict[str, int] = {}
+    pauses: list[float] = []
+    for limit in _LIMITS:
+        for left_name, reset_name, reset in (
+            (f"x-ratelimit-remaining-{limit}", f"x-ratelimit-reset-{limit}", parse_duration),
+            (
+                f"anthropic-ratelimit-{limit}-remaining",
+                f"anthropic-ratelimit-{limit}-reset",
+                lambda text: _until(text, current),
+            ),
+        ):
+            left = _integer(lowered.get(left_name))
+            if left is None:
+                continue
+            remaining[limit] = left
+            wait = reset(lowered.get(reset_name, ""))
+            if left <= 0 and wait is not None:
+                pauses.append(wait)
+    retry_after = parse_retry_after(lowered.get("retry-after"), current)
+    if retry_after is not None:
+        pauses.append(retry_after)
+    if not remaining and not pauses:
+        return None
+    return RateLimitHint(max(pauses) if pauses else None, remaining)
+
+
+def parse_duration(text: str) -> float | None:
+    """OpenAI's reset durations (``"1s"``, ``"6m0s"``, ``"1h2m3.5s"``, ``"20ms"``) in
+    seconds, or ``None`` when ``text`` is not one."""
+    text = text.strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(number) * _UNITS[unit] for number, unit in parts)
+
+
+def _until(text: str, now: float) -> float | None:
+    """Seconds from ``now`` to an RFC 3339 time (Anthropic's resets)."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def _integer(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None

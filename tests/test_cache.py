@@ -1,0 +1,222 @@
+"""ResponseCache over loopback: a hit is a real stream through the chunk hooks, with the
+kept usage, cached=True and cost 0; only clean turns are kept; the key is the request
+after the hooks."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import trio
+from support.transcripts import transcript
+
+from cuca import (
+    Block,
+    CucaClient,
+    CucaPlugin,
+    HttpStatusError,
+    ProviderEndpoint,
+    ResponseCache,
+    RetryPolicy,
+    StoreError,
+    Text,
+    TurnEnd,
+    TurnObserver,
+    UnifiedRequest,
+    UnifiedResponse,
+)
+from cuca.cache import cache_key
+from cuca.store import MemoryStore, Store
+from cuca.testing import Reply, open_replay_server
+
+OPENAI = ProviderEndpoint.OPENAI
+REQUEST = (
+    UnifiedRequest.new("gpt-4o").add_user_message("Hello?").set_max_tokens(64).set_temperature(0)
+)
+TEXT = Reply(transcript("openai/text"))
+
+
+def client(url: str, *plugins: CucaPlugin, **options: Any) -> CucaClient:
+    return CucaClient(OPENAI, base_url=f"{url}/v1", api_key="k", plugins=plugins, **options)
+
+
+async def blocks_of(c: CucaClient, request: UnifiedRequest) -> tuple[list[Any], UnifiedResponse]:
+    async with c.generate_stream(request) as stream:
+        items = [item async for item in stream]
+    assert stream.response is not None
+    return items, stream.response
+
+
+async def test_cache_hit_replays_blocks_with_cached_usage_and_no_cost() -> None:
+    cache = ResponseCache()
+    async with open_replay_server(TEXT) as server, client(server.url, cache) as c:
+        live, first = await blocks_of(c, REQUEST)
+        replayed, second = await blocks_of(c, REQUEST)
+    assert len(server.requests) == 1
+    assert replayed == live and len(live) > 1
+    assert not first.cached and second.cached
+    assert second.usage == first.usage and second.usage is not None
+    assert second.finish_reason == first.finish_reason
+    assert first.cost is not None and first.cost > 0
+    assert second.cost == Decimal(0)
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+async def test_cache_hit_goes_through_chunk_hooks_and_observers() -> None:
+    class Shout(CucaPlugin):
+        name = "shout"
+
+        def __init__(self) -> None:
+            self.completed: list[UnifiedResponse] = []
+            self.ends: list[TurnEnd] = []
+
+        async def on_stream_chunk(self, block: Block) -> Block | None:
+            return Text(block.text.upper()) if isinstance(block, Text) else block
+
+        async def on_response_complete(self, response: UnifiedResponse) -> None:
+            self.completed.append(response)
+
+        def observe(self, request: UnifiedRequest) -> TurnObserver:
+            ends = self.ends
+
+            class Watch(TurnObserver):
+                def on_end(self, end: TurnEnd) -> None:
+                    ends.append(end)
+
+            return Watch()
+
+    shout = Shout()
+    async with open_replay_server(TEXT) as server, client(server.url, shout, ResponseCache()) as c:
+        live, _ = await blocks_of(c, REQUEST)
+        replayed, _ = await blocks_of(c, REQUEST)
+    assert replayed == live
+    assert all(b.text == b.text.upper() for b in replayed if isinstance(b, Text))
+    assert [r.cached for r in shout.completed] == [False, True]
+    assert [e.status for e in shout.ends] == ["ok", "ok"]
+    assert shout.ends[1].response is not None and shout.ends[1].response.cached
+
+
+async def test_cache_key_is_the_request_after_the_hooks() -> None:
+    class Rewrite(CucaPlugin):
+        name = "rewrite"
+
+        async def on_request(self, request: UnifiedRequest) -> UnifiedRequest:
+            return request.set_max_tokens(10)
+
+    async with open_replay_server(TEXT) as server:
+        async with client(server.url, Rewrite(), ResponseCache()) as c:
+            await c.generate(REQUEST)
+            await c.generate(REQUEST.set_max_tokens(999))  # the same once hooked: a hit
+            await c.generate(REQUEST.add_user_message("more"))  # another request: a miss
+    assert len(server.requests) == 2
+
+
+def test_cache_key_names_provider_model_and_endpoint() -> None:
+    import attrs
+
+    key = cache_key(REQUEST, "http://a")
+    assert len(key) == 64
+    assert key == cache_key(REQUEST, "http://a")
+    deepseek = attrs.evolve(REQUEST, provider=ProviderEndpoint.DEEPSEEK)
+    assert key != cache_key(deepseek, "http://a")
+    assert key != cache_key(REQUEST, "http://b")
+    assert key != cache_key(UnifiedRequest.new("gpt-4o-mini").add_user_message("Hello?")
+                            .set_max_tokens(64).set_temperature(0), "http://a")
+
+
+async def test_cache_shared_by_clients_with_different_keys() -> None:
+    cache = ResponseCache()
+    async with open_replay_server(TEXT) as server:
+        url = f"{server.url}/v1"
+        async with CucaClient(OPENAI, base_url=url, api_key="one", plugins=[cache]) as a:
+            await a.generate(REQUEST)
+        async with CucaClient(OPENAI, base_url=url, api_key="two", plugins=[cache]) as b:
+            completion = await b.generate(REQUEST)
+    assert completion.response.cached
+    assert len(server.requests) == 1
+
+
+async def test_cache_sampled_requests_only_when_asked() -> None:
+    sampled = REQUEST.set_temperature(0.7)
+    async with open_replay_server(TEXT) as server:
+        async with client(server.url, ResponseCache()) as c:
+            await c.generate(sampled)
+            assert not (await c.generate(sampled)).response.cached
+        async with client(server.url, ResponseCache(cache_sampled=True)) as c:
+            await c.generate(sampled)
+            assert (await c.generate(sampled)).response.cached
+    assert len(server.requests) == 3
+
+
+async def test_cache_keeps_only_turns_that_ended_cleanly() -> None:
+    slow = Reply(transcript("openai/text"), chunks=(32,) * 40, delay=0.005)
+    failing = Reply(b'{"error": {"message": "bad"}}', status=400)
+    async with open_replay_server([slow, failing, TEXT, TEXT]) as server:
+        async with client(server.url, ResponseCache(), retry=RetryPolicy.never()) as c:
+            async with c.generate_stream(REQUEST) as stream:
+                async for _ in stream:
+                    break  # dropped mid-way: not kept
+            with pytest.raises(HttpStatusError):
+                await c.generate(REQUEST)  # an error: not kept
+            assert not (await c.generate(REQUEST)).response.cached
+            assert (await c.generate(REQUEST)).response.cached
+    assert len(server.requests) == 3
+
+
+async def test_cache_hit_dropped_mid_way_is_clean() -> None:
+    many = Reply(transcript("openai/text"), chunks=(16,) * 200)
+    async with open_replay_server(many) as server, client(server.url, ResponseCache()) as c:
+        live, _ = await blocks_of(c, REQUEST)
+        for stop in (0, 1, len(live) // 2):
+            async with c.generate_stream(REQUEST) as stream:
+                for _ in range(stop + 1):
+                    await stream.__anext__()
+            assert stream.response is None  # left before the end
+        replayed, response = await blocks_of(c, REQUEST)
+    assert replayed == live and response.cached
+    assert len(server.requests) == 1
+
+
+async def test_cache_ttl_and_max_entries() -> None:
+    cache = ResponseCache(ttl=0.2, max_entries=2)
+    requests = [REQUEST.add_user_message(str(n)) for n in range(3)]
+    async with open_replay_server(TEXT) as server, client(server.url, cache) as c:
+        for request in requests:
+            await c.generate(request)
+        assert not (await c.generate(requests[0])).response.cached  # evicted: oldest
+        assert (await c.generate(requests[2])).response.cached
+        await trio.sleep(0.3)
+        assert not (await c.generate(requests[2])).response.cached  # expired
+    assert len(server.requests) == 5
+
+
+class BrokenStore(MemoryStore):
+    """A store whose server is gone."""
+
+    async def get(self, key: str) -> Any:
+        raise StoreError("redis redis://127.0.0.1:1/0: ConnectionError: refused")
+
+    async def set(self, key: str, value: Any, ttl: float | None = None) -> None:
+        raise StoreError("redis redis://127.0.0.1:1/0: ConnectionError: refused")
+
+
+async def test_cache_store_failure_is_a_store_error_or_a_miss_when_fail_open() -> None:
+    store: Store = BrokenStore()
+    async with open_replay_server(TEXT) as server:
+        async with client(server.url, ResponseCache(store=store)) as c:
+            with pytest.raises(StoreError, match="ConnectionError"):
+                await c.generate(REQUEST)
+        assert len(server.requests) == 0  # never a silent pass
+        async with client(server.url, ResponseCache(store=store, fail_open=True)) as c:
+            assert not (await c.generate(REQUEST)).response.cached
+    assert len(server.requests) == 1
+
+
+def test_cache_refuses_bad_settings() -> None:
+    from cuca import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="ttl must be"):
+        ResponseCache(ttl=0)
+    with pytest.raises(ConfigurationError, match="max_entries"):
+        ResponseCache(max_entries=0)

@@ -1,0 +1,318 @@
+"""RateLimiter: spacing, tokens, concurrency, refusals, the server's steering, and that a
+turn's permit comes back however the turn ends (over loopback)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import trio
+from support.transcripts import transcript
+from trio.testing import MockClock
+
+from cuca import (
+    CucaClient,
+    FallbackClient,
+    ProviderEndpoint,
+    RateLimiter,
+    RateLimitError,
+    RateLimitExceeded,
+    RetryPolicy,
+    UnifiedRequest,
+)
+from cuca.limits import window
+from cuca.limits.estimate import estimate_input_tokens
+from cuca.providers.ratelimit import parse_duration, rate_limit_hint
+from cuca.testing import Reply, open_replay_server
+
+OPENAI = ProviderEndpoint.OPENAI
+REQUEST = UnifiedRequest.new("gpt-4o").add_user_message("Hello?").set_max_tokens(64)
+TEXT = Reply(transcript("openai/text"))  # usage: 1117 prompt, 46 completion tokens
+SLOW = Reply(transcript("openai/text"), chunks=(64,) * 20, delay=0.01)
+
+
+def client(url: str, limiter: RateLimiter, **options: Any) -> CucaClient:
+    return CucaClient(OPENAI, base_url=f"{url}/v1", api_key="k", rate_limiter=limiter, **options)
+
+
+async def lease_count(limiter: RateLimiter) -> int:
+    state = await limiter.store.get(limiter.key) or {}
+    return len(state.get("l", {}))
+
+
+async def test_rate_limiter_spaces_requests_at_the_rate() -> None:
+    limiter = RateLimiter(requests_per_minute=600)  # one every 0.1 s
+    async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(c.generate, REQUEST)
+        took = trio.current_time() - start
+    assert len(server.requests) == 5
+    assert took >= 0.4, f"5 turns at 600/min took {took:.3f} s, less than 0.4 s"
+
+
+async def test_rate_limiter_admits_in_order_one_slot_apart(autojump_clock: MockClock) -> None:
+    limiter = RateLimiter(requests_per_minute=60, clock=trio.current_time)
+    admitted: list[tuple[int, float]] = []
+    start = trio.current_time()
+
+    async def turn(n: int) -> None:
+        await limiter.admit(REQUEST)
+        admitted.append((n, trio.current_time() - start))
+
+    async with trio.open_nursery() as nursery:
+        for n in range(4):
+            nursery.start_soon(turn, n)
+            await trio.sleep(0)  # asked in this order
+    assert [n for n, _ in admitted] == [0, 1, 2, 3]
+    assert [round(t, 3) for _, t in admitted] == [0.0, 1.0, 2.0, 3.0]
+
+
+async def test_rate_limiter_cancelled_waiter_leaves_the_queue(autojump_clock: MockClock) -> None:
+    limiter = RateLimiter(requests_per_minute=60, clock=trio.current_time)  # one a second
+    await limiter.admit(REQUEST)
+    with trio.move_on_after(0.1):
+        await limiter.admit(REQUEST)  # would wait 1 s: cancelled after 0.1 s
+    assert limiter.waiting == 0
+    start = trio.current_time()
+    await limiter.admit(REQUEST)  # the cancelled waiter's slot is free again
+    assert trio.current_time() - start == pytest.approx(0.9)
+
+
+async def test_rate_limiter_max_wait_refuses_with_the_limit_and_the_wait() -> None:
+    limiter = RateLimiter(requests_per_minute=6, max_wait=1.0)  # one per 10 s
+    await limiter.admit(REQUEST)
+    with pytest.raises(RateLimitExceeded) as caught:
+        await limiter.admit(REQUEST)
+    error = caught.value
+    assert error.limit == "requests_per_minute"
+    assert error.wait is not None and 9.0 < error.wait <= 10.0
+    assert "past max_wait=1.0 s" in str(error)
+
+
+async def test_rate_limiter_max_waiters_refuses_the_next_waiter() -> None:
+    limiter = RateLimiter(requests_per_minute=60, max_waiters=1)
+    await limiter.admit(REQUEST)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(limiter.admit, REQUEST)  # waits ~1 s
+        await trio.sleep(0.05)
+        with pytest.raises(RateLimitExceeded, match="1 turns are already waiting") as caught:
+            await limiter.admit(REQUEST)
+        assert caught.value.limit == "max_waiters"
+        nursery.cancel_scope.cancel()
+
+
+async def test_rate_limiter_max_concurrent_holds_until_the_turn_ends() -> None:
+    limiter = RateLimiter(max_concurrent=1)
+    async with open_replay_server(SLOW) as server, client(server.url, limiter) as c:
+        in_flight, most = 0, 0
+
+        async def turn() -> None:
+            nonlocal in_flight, most
+            async with c.generate_stream(REQUEST) as stream:
+                in_flight += 1
+                most = max(most, in_flight)
+                async for _ in stream:
+                    await trio.sleep(0)
+                in_flight -= 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(turn)
+    assert len(server.requests) == 3
+    assert await lease_count(limiter) == 0
+
+
+async def test_rate_limiter_dropped_streams_never_leak_a_slot() -> None:
+    limiter = RateLimiter(max_concurrent=1, max_wait=2.0)
+    rng = random.Random(25)
+    async with open_replay_server(SLOW) as server, client(server.url, limiter) as c:
+        for _ in range(12):
+            stop_after = rng.randrange(0, 8)
+            how = rng.choice(["break", "cancel", "error"])
+            try:
+                with trio.CancelScope() as scope:
+                    async with c.generate_stream(REQUEST) as stream:
+                        seen = 0
+                        async for _ in stream:
+                            seen += 1
+                            if seen > stop_after:
+                                if how == "cancel":
+                                    scope.cancel()
+                                    await trio.sleep(0)
+                                if how == "error":
+                                    raise KeyError("the consumer failed")
+                                break
+            except KeyError:
+                pass
+            assert await lease_count(limiter) == 0, f"a slot leaked after {how} at {seen}"
+        # a slot still free: a whole turn gets through within max_wait
+        await c.generate(REQUEST)
+
+
+async def test_rate_limiter_charges_exact_output_tokens() -> None:
+    # 46 completion tokens at 46*60 a minute: the next turn waits ~1 s for them
+    limiter = RateLimiter(output_tokens_per_minute=46 * 60)
+    async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:
+        await c.generate(REQUEST)
+        start = trio.current_time()
+        await c.generate(REQUEST)
+        waited = trio.current_time() - start
+    assert 0.0 <= waited < 1.5
+    state = await limiter.store.get(limiter.key)
+    assert "output_tokens_per_minute" in state["b"]
+
+
+async def test_rate_limiter_input_estimate_is_corrected_by_usage() -> None:
+    limiter = RateLimiter(input_tokens_per_minute=1_000_000)
+    estimate = estimate_input_tokens(REQUEST)
+    assert estimate == 2  # "Hello?" is 6 characters: ceil(6 / 4)
+    async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:
+        import time
+
+        before = time.time()
+        await c.generate(REQUEST)
+    state = await limiter.store.get(limiter.key)
+    interval = 60 / 1_000_000
+    charged = (state["b"]["input_tokens_per_minute"] - before) / interval
+    assert 1117 - 50 < charged < 1117 + 50_000  # the exact 1117, not the estimate 2
+
+
+async def test_rate_limiter_paused_by_openai_headers_for_every_sharer() -> None:
+    headers = [
+        ("content-type", "text/event-stream"),
+        ("x-ratelimit-remaining-requests", "0"),
+        ("x-ratelimit-reset-requests", "600ms"),
+        ("x-ratelimit-remaining-tokens", "5000"),
+    ]
+    limiter = RateLimiter(requests_per_minute=6000)
+    replies = [Reply(transcript("openai/text"), headers=headers), TEXT]
+    async with open_replay_server(replies) as server:
+        async with client(server.url, limiter) as a, client(server.url, limiter) as b:
+            await a.generate(REQUEST)
+            start = trio.current_time()
+            await b.generate(REQUEST)  # another client, same limiter: paused
+            waited = trio.current_time() - start
+    assert waited >= 0.5, f"the second turn went after {waited:.3f} s"
+
+
+async def test_rate_limiter_paused_by_anthropic_headers() -> None:
+    import datetime
+
+    reset = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=0.6)
+    headers = [
+        ("content-type", "text/event-stream"),
+        ("anthropic-ratelimit-requests-remaining", "0"),
+        ("anthropic-ratelimit-requests-reset", reset.isoformat().replace("+00:00", "Z")),
+    ]
+    limiter = RateLimiter()
+    request = UnifiedRequest.new("claude-sonnet-4-5").add_user_message("Hi").set_max_tokens(64)
+    answer = transcript("anthropic/text")
+    replies = [Reply(answer, headers=headers), Reply(answer)]
+    async with open_replay_server(replies) as server:
+        async with CucaClient(
+            ProviderEndpoint.ANTHROPIC, base_url=server.url, api_key="k", rate_limiter=limiter
+        ) as c:
+            await c.generate(request)
+            start = trio.current_time()
+            await c.generate(request)
+            waited = trio.current_time() - start
+    assert waited >= 0.4, f"the second turn went after {waited:.3f} s"
+
+
+async def test_rate_limiter_paused_by_a_429_retry_after() -> None:
+    limiter = RateLimiter()
+    refused = Reply(b'{"error": {"message": "slow down"}}', status=429,
+                    headers=[("retry-after", "1"), ("content-type", "application/json")])
+    async with open_replay_server([refused, TEXT]) as server:
+        async with client(server.url, limiter, retry=RetryPolicy.never()) as c:
+            with pytest.raises(RateLimitError):
+                await c.generate(REQUEST)
+            start = trio.current_time()
+            await c.generate(REQUEST)
+            waited = trio.current_time() - start
+    assert waited >= 0.8, f"the turn after the 429 went after {waited:.3f} s"
+
+
+async def test_rate_limiter_refusal_sends_nothing() -> None:
+    limiter = RateLimiter(requests_per_minute=1, max_wait=0)
+    async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:
+        await c.generate(REQUEST)
+        with pytest.raises(RateLimitExceeded, match="requests_per_minute"):
+            await c.generate(REQUEST)
+    assert len(server.requests) == 1
+
+
+async def test_rate_limiter_in_a_fallback_client_and_a_pool() -> None:
+    limiter = RateLimiter(requests_per_minute=600)
+    async with open_replay_server(TEXT) as one, open_replay_server(TEXT) as two:
+        pooled = CucaClient(OPENAI, base_url=[f"{one.url}/v1", f"{two.url}/v1"], api_key="k",
+                            rate_limiter=limiter)
+        plain = CucaClient(OPENAI, base_url=f"{one.url}/v1", api_key="k")
+        async with pooled, FallbackClient([plain], rate_limiter=limiter) as fallback:
+            start = trio.current_time()
+            for _ in range(2):
+                await pooled.generate(REQUEST)
+                await fallback.generate(REQUEST)
+            took = trio.current_time() - start
+    assert len(one.requests) + len(two.requests) == 4
+    assert took >= 0.3, f"4 turns sharing 600/min took {took:.3f} s"
+
+
+def test_rate_limiter_refuses_bad_settings() -> None:
+    from cuca import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="requests_per_minute must be a positive"):
+        RateLimiter(requests_per_minute=0)
+    with pytest.raises(ConfigurationError, match="max_wait"):
+        RateLimiter(max_wait=-1)
+    with pytest.raises(ConfigurationError, match="rate_limiter must be"):
+        CucaClient(OPENAI, rate_limiter=object())  # type: ignore[arg-type]
+
+
+def test_window_reserve_spaces_and_refund_gives_back() -> None:
+    bucket = window.Bucket("requests_per_minute", 60, 1)
+    state, first = window.reserve(None, 100.0, {bucket: 1}, None)
+    assert first.wait == 0
+    state, second = window.reserve(state, 100.0, {bucket: 1}, None)
+    assert second.wait == pytest.approx(1.0) and second.limit == "requests_per_minute"
+    state, _ = window.refund(state, {bucket: 1})
+    _, third = window.reserve(state, 100.0, {bucket: 1}, None)
+    assert third.wait == pytest.approx(1.0)
+    _, refused = window.reserve(state, 100.0, {bucket: 1}, max_wait=0.5)
+    assert refused.refused
+
+
+def test_window_pause_holds_every_turn_until_then() -> None:
+    bucket = window.Bucket("requests_per_minute", 60, 1)
+    state = window.pause(None, 105.0, bucket)
+    _, reservation = window.reserve(state, 100.0, {bucket: 1}, None)
+    assert reservation.wait == pytest.approx(5.0)
+
+
+def test_rate_limit_hint_reads_vendor_headers() -> None:
+    assert parse_duration("6m0s") == 360.0
+    assert parse_duration("1h2m3.5s") == 3723.5
+    assert parse_duration("20ms") == pytest.approx(0.02)
+    assert parse_duration("soon") is None
+    hint = rate_limit_hint([("X-RateLimit-Remaining-Tokens", "0"),
+                            ("x-ratelimit-reset-tokens", "1.5s"),
+                            ("x-ratelimit-remaining-requests", "10")])
+    assert hint is not None and hint.pause == 1.5
+    assert hint.remaining == {"tokens": 0, "requests": 10}
+    hint = rate_limit_hint([("anthropic-ratelimit-output-tokens-remaining", "0"),
+                            ("anthropic-ratelimit-output-tokens-reset", "2026-01-01T00:00:10Z")],
+                           now=1767225600.0)  # 2026-01-01T00:00:00Z
+    assert hint is not None and hint.pause == pytest.approx(10.0)
+    assert rate_limit_hint([("content-type", "text/event-stream")]) is None
+    hint = rate_limit_hint([("retry-after", "3")])
+    assert hint is not None and hint.pause == 3.0
+
+
+async def test_rate_limiter_unknown_header_values_do_not_pause() -> None:
+    hint = rate_limit_hint([("x-ratelimit-remaining-requests", "lots")])
+    assert hint is None
+
+
