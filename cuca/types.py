@@ -171,14 +171,20 @@ class Thinking:
 def tool_arguments(value: Mapping[str, Any] | str | None) -> Mapping[str, Any]:
     """Tool-call arguments as a JSON object, from what seed 000 accepts.
 
-    An object is kept as it is; ``None`` (or an empty string) is ``{}``; a string holding
-    a JSON object (what the openai SDK hands out) is parsed. Anything else is refused.
+    Seed 000: "An object, null or a string holding an object is accepted; anything else
+    fails the request". An object is kept as it is; ``None`` is ``{}``; a string holding a
+    JSON object (what the openai SDK hands out) is parsed. Anything else is refused, the
+    empty or blank string too (it holds no object).
     """
     if value is None:
         return {}
     if isinstance(value, str):
+        if not value.strip():
+            raise ConfigurationError(
+                f"ToolCall.arguments is a string that holds no JSON object: {kind(value)}"
+            )
         try:
-            parsed = json.loads(value) if value.strip() else {}
+            parsed = json.loads(value)
         except (ValueError, RecursionError):
             raise ConfigurationError(
                 f"ToolCall.arguments is a string that is not JSON: {kind(value)}"
@@ -341,12 +347,25 @@ _OPTIONAL_INT = optional(of_type(int, what="an integer"))
 _OPTIONAL_STR = optional(of_type(str, what="a string"))
 
 
+def _budget_or_not(instance: AnthropicThinkingParams, attribute: Any, value: bool) -> None:
+    if value and (instance.budget_tokens is not None or instance.effort is not None):
+        raise ConfigurationError(
+            "AnthropicThinkingParams takes without_budget=True alone, "
+            "not with budget_tokens or effort"
+        )
+
+
 @attrs.frozen
 class AnthropicThinkingParams:
-    """A native Anthropic override: a budget (``budget_tokens``) or adaptive ``effort``."""
+    """A native Anthropic override: a budget (``budget_tokens``) or adaptive ``effort``;
+    or, with ``without_budget=True``, the bare opt-in ``{"type": "enabled"}`` that
+    gateways such as LocalAI take (seed 004), alone."""
 
     budget_tokens: int | None = attrs.field(default=None, validator=_OPTIONAL_INT)
     effort: str | None = attrs.field(default=None, validator=_OPTIONAL_STR)
+    without_budget: bool = attrs.field(
+        default=False, validator=[of_type(bool, what="True or False"), _budget_or_not]
+    )
 
 
 def _not_both(instance: GeminiThinkingParams, attribute: Any, value: Any) -> None:

@@ -304,8 +304,11 @@ def _implied_budget(config: ThinkingConfig | None) -> int | None:
     if config is None or not config.enabled:
         return None
     params = config.params
-    if isinstance(params, AnthropicThinkingParams) and params.budget_tokens is not None:
-        return params.budget_tokens
+    if isinstance(params, AnthropicThinkingParams):
+        if params.without_budget:
+            return None
+        if params.budget_tokens is not None:
+            return params.budget_tokens
     return BUDGET_TOKENS[config.effort or ThinkingEffort.MEDIUM]
 
 
@@ -325,6 +328,8 @@ def _thinking(config: ThinkingConfig | None, max_tokens: int, *, adaptive: bool)
     if config is None or not config.enabled:
         return {}
     params = config.params if isinstance(config.params, AnthropicThinkingParams) else None
+    if params is not None and params.without_budget:  # a gateway's bare opt-in (seed 004)
+        return {"thinking": {"type": "enabled"}}
     if params is None and adaptive:
         effort = ADAPTIVE_EFFORT[config.effort or ThinkingEffort.MEDIUM]
         return {"thinking": {"type": "adaptive"}, "output_config": {"effort": effort}}

@@ -29,6 +29,7 @@ from cuca.types import (
 )
 
 from .base import (
+    JSON_BODY,
     ClientSettings,
     HttpRequest,
     Item,
@@ -42,7 +43,7 @@ from .openai_compat import Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_config import OpenAiApi, OpenAiConfig
 from .openai_decode import chat_error_message, error_text
 from .overflow import Overflow, chat_overflow
-from .whole_response import completion_events, for_request
+from .whole_response import WholeResponseDecoder, completion_events
 
 __all__ = [
     "CompletionDecoder",
@@ -190,7 +191,9 @@ def completion_prompt(request: UnifiedRequest) -> str:
 
 
 class LlamaCompletionAdapter(ProviderAdapter):
-    """Speaks llama-server's native ``POST /completion`` with ``stream: true``."""
+    """Speaks llama-server's native ``POST /completion`` with ``stream: true``, whether
+    the request is streamed or not (seed 002: "stream is always true"); a non-streamed
+    request is collected from the stream, as every turn is."""
 
     endpoint = ProviderEndpoint.LLAMA_CPP
 
@@ -206,7 +209,7 @@ class LlamaCompletionAdapter(ProviderAdapter):
         config = self.config
         body: dict[str, Any] = {
             "prompt": completion_prompt(request),
-            "stream": request.stream,
+            "stream": True,  # seed 002: always; a non-streamed request is collected
             "n_predict": request.max_tokens
             if request.max_tokens is not None
             else DEFAULT_N_PREDICT,
@@ -222,10 +225,10 @@ class LlamaCompletionAdapter(ProviderAdapter):
         body["model"] = config.model or request.model
         if request.output_schema is not None:
             body["json_schema"] = dict(request.output_schema.schema)
-        return HttpRequest(self.url, bearer_headers(self._api_key, request.stream), body)
+        return HttpRequest(self.url, bearer_headers(self._api_key, True), body)
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
-        return for_request(request, CompletionDecoder(), completion_events, _PROVIDER)
+        return _StreamedOrWhole()
 
     def error_message(self, status: int, body: str) -> str | None:
         return chat_error_message(body)
@@ -253,15 +256,17 @@ _FRAME = msgspec.json.Decoder(_CompletionFrame)
 class CompletionDecoder(StreamDecoder):
     """Turns ``/completion`` frames into Text blocks.
 
-    Only ``stop: false`` frames carry new text: the final ``stop: true`` frame is empty in
-    current builds and repeated the whole answer in old ones, so its content is never
-    used. No token counts are read: the summary's ``usage`` is ``None``, and its
-    ``counted_usage`` has ``prompt_tokens`` 0 and ``completion_tokens`` one per Text block
-    (seed 002). The stream ends with the byte stream.
+    Seed 002: "A non-empty content becomes MessageContentBlock::Text. A frame with empty
+    or missing content, including the final {"content": "", "stop": true}, produces no
+    block", and "the stream ends when the byte stream ends": the ``stop: true`` frame's
+    content is text like any other (llama-server sends it empty), and frames after it
+    are still read. No token counts are read: the summary's ``usage`` is ``None``, and
+    its ``counted_usage`` has ``prompt_tokens`` 0 and ``completion_tokens`` one per Text
+    block (seed 002).
     """
 
     def __init__(self) -> None:
-        self.finished = False
+        self.finished = False  # never: the stream ends with the byte stream
         self.text_blocks = 0
         self._finish_reason: str | None = None
 
@@ -274,9 +279,7 @@ class CompletionDecoder(StreamDecoder):
         if frame.error:
             raise ProviderError(_PROVIDER, error_text(frame.error))
         if frame.stop:
-            self.finished = True
             self._finish_reason = _STOP_TYPES.get(str(frame.stop_type), "stop")
-            return []
         if not frame.content:
             return []
         self.text_blocks += 1
@@ -288,3 +291,29 @@ class CompletionDecoder(StreamDecoder):
     def summary(self) -> TurnSummary:
         counted = TokenUsage(prompt_tokens=0, completion_tokens=self.text_blocks)
         return TurnSummary(usage=None, finish_reason=self._finish_reason, counted_usage=counted)
+
+
+class _StreamedOrWhole(StreamDecoder):
+    """The route's decoder: the stream it asked for, or (from a server that ignored
+    ``stream`` and answered with one JSON document) that document, read as the stream
+    it stands for. Which one is settled by the first event."""
+
+    def __init__(self) -> None:
+        self._inner: StreamDecoder = CompletionDecoder()
+        self._first = True
+        self.finished = False
+
+    def feed(self, event: SseEvent) -> list[Item]:
+        if self._first:
+            self._first = False
+            if event.event == JSON_BODY:
+                self._inner = WholeResponseDecoder(self._inner, completion_events, _PROVIDER)
+        items = self._inner.feed(event)
+        self.finished = self._inner.finished
+        return items
+
+    def close(self) -> list[Item]:
+        return self._inner.close()
+
+    def summary(self) -> TurnSummary:
+        return self._inner.summary()

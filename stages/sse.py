@@ -97,8 +97,9 @@ class SseParser:
 
     @property
     def buffer_high_water(self) -> int:
-        """Capacity of the line buffer in bytes: 8192, or the longest line seen plus at
-        most an eighth (the buffer grows geometrically and never shrinks)."""
+        """Capacity of the line buffer in bytes: 8192, or the longest partial line it has
+        held, which is at most the largest single frame plus one partial line (seed 002).
+        The buffer never shrinks."""
         return len(self._buf)
 
     @property
@@ -316,10 +317,13 @@ class SseParser:
         if not self._len:
             self._line_start = self._fed + start
         need = self._len + end - start
-        capacity = len(self._buf)
-        if need > capacity:
-            self._buf.extend(bytes(max(need, capacity + (capacity >> 3)) - capacity))
-        self._buf[self._len : need] = memoryview(data)[start:end]
+        if need > len(self._buf):
+            # grow to exactly the line so far (seed 002: the high-water mark is the largest
+            # single frame plus one partial line, not a growth step more); CPython resizes
+            # a bytearray in amortized constant time, so a long line is not copied per read
+            self._buf[self._len :] = memoryview(data)[start:end]
+        else:
+            self._buf[self._len : need] = memoryview(data)[start:end]
         self._len = need
 
     def _decode_buffer(self) -> str | None:

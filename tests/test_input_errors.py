@@ -105,6 +105,8 @@ def test_inputs_local_render_takes_arguments_as_seed_000(arguments: Any) -> None
     ("arguments", "message"),
     [
         ("[1, 2]", "ToolCall.arguments is a string that holds no JSON object: '[1, 2]' (str)"),
+        ("", "ToolCall.arguments is a string that holds no JSON object: '' (str)"),
+        ("  \n", "ToolCall.arguments is a string that holds no JSON object: '  \\n' (str)"),
         ("null", "ToolCall.arguments is a string that holds no JSON object: 'null' (str)"),
         ("{'city'", "ToolCall.arguments is a string that is not JSON: \"{'city'\" (str)"),
         (
@@ -122,6 +124,8 @@ def test_inputs_local_render_takes_arguments_as_seed_000(arguments: Any) -> None
 def test_inputs_tool_call_refuses_arguments_that_are_no_object(
     arguments: Any, message: str
 ) -> None:
+    """Seed 000: "An object, null or a string holding an object is accepted; anything
+    else fails the request": the empty and the blank string hold no object."""
     with pytest.raises(ConfigurationError) as info:
         ToolCall("call_1", "get_weather", arguments)
     assert str(info.value) == "configuration error: " + message

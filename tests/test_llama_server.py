@@ -223,13 +223,38 @@ async def test_llama_server_completion_honours_n_predict(
     frames = server_frames(body)
     final = frames[-1]
     assert final["stop"] is True
+    # this llama-server sends the final frame empty: following seed 002 (its content is
+    # text like any frame's) does not repeat the answer
+    assert final["content"] == ""
     assert final["tokens_predicted"] <= n_predict
     assert items, "the model produced nothing"
     assert all(isinstance(item, Text) and item.text for item in items)
     assert len(items) <= n_predict
-    assert text_of(items) == "".join(f.get("content", "") for f in frames if not f["stop"])
+    assert text_of(items) == "".join(f.get("content", "") for f in frames)
     assert response is not None
     assert response.usage is None
+
+
+async def test_llama_server_completion_non_streamed_request_streams(
+    llama_server: LlamaServer,
+) -> None:
+    """Seed 002, completion route: "stream is always true". A ``set_stream(False)``
+    request streams from the real server and is collected: the same text as streamed."""
+    config = LlamaCppConfig(route=LlamaRoute.COMPLETION)
+    request = prompt("Name a colour.", 6)
+    transport = RecordingTransport()
+    async with httpx.AsyncClient(transport=transport, timeout=None) as http:
+        client = CucaClient(
+            ProviderEndpoint.LLAMA_CPP,
+            base_url=llama_server.url,
+            provider_config=config,
+            http_client=http,
+        )
+        async with client:
+            single = await client.generate(request.set_stream(False))
+            streamed = await client.generate(request)
+    assert [len(server_frames(bytes(b))) > 1 for b in transport.bodies] == [True, True]
+    assert single.text == streamed.text != ""
 
 
 async def test_llama_server_completion_default_n_predict(llama_server: LlamaServer) -> None:

@@ -4,17 +4,23 @@ transcripts in LocalAI's own chunk shape, at arbitrary chunk boundaries."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.transcripts import transcript
 
 from cuca import (
+    AnthropicThinkingParams,
+    ConfigurationError,
     CucaClient,
     ProviderEndpoint,
     Text,
     Thinking,
+    ThinkingConfig,
     TokenUsage,
     ToolCall,
     ToolDefinition,
@@ -146,3 +152,57 @@ async def test_seed_004_openai_endpoint_would_send_a_key_localai_ignores() -> No
         openai, vllm = (request.json() for request in server.requests)
     assert "max_tokens" not in openai and openai["max_completion_tokens"] == 512
     assert vllm["max_tokens"] == 512 and "max_completion_tokens" not in vllm
+
+
+# Seed 004, the Anthropic route's opt-in request, as LocalAI's page writes it.
+SEED_MESSAGES_REQUEST = {
+    "model": "your-reasoning-model",
+    "max_tokens": 1024,
+    "thinking": {"type": "enabled"},
+    "messages": [{"role": "user", "content": "What is the weather in Rome?"}],
+}
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "providers" / "localai.md"
+
+
+def page_body() -> bytes:
+    """The request body docs/providers/localai.md shows going out (its ``json`` block
+    after "goes out as")."""
+    text = PAGE.read_text()
+    (block,) = re.findall(r"goes out as:\n\n```json\n(.*?)\n```", text, flags=re.S)
+    return block.encode()
+
+
+async def test_seed_004_anthropic_route_opt_in_without_a_budget() -> None:
+    """Seed 004: "The thinking block is only emitted when the request opts in with the
+    thinking parameter", in the body ``{"model": "your-reasoning-model", "max_tokens":
+    1024, "thinking": {"type": "enabled"}, "messages": [...]}``: no budget, which cuca's
+    default (8192, not below 1024) would have refused. A recording server receives the
+    bytes the page shows."""
+    request = (
+        UnifiedRequest.new("your-reasoning-model")
+        .add_user_message("What is the weather in Rome?")
+        .set_max_tokens(1024)
+        .set_thinking(ThinkingConfig(params=AnthropicThinkingParams(without_budget=True)))
+    )
+    async with open_replay_server(Reply(transcript("anthropic/thinking"))) as server:
+        base = f"{server.url}/v1"
+        async with CucaClient(ProviderEndpoint.ANTHROPIC, base_url=base) as client:
+            await client.generate(request)
+        (sent,) = server.requests
+    assert sent.path == "/v1/messages"
+    assert sent.body == page_body()
+    body = sent.json()
+    assert body.pop("stream") is True
+    # the seed's one user message, in the block form cuca writes for every text
+    (message,) = body["messages"]
+    assert message["content"] == [{"type": "text", "text": "What is the weather in Rome?"}]
+    message["content"] = "What is the weather in Rome?"
+    assert body == SEED_MESSAGES_REQUEST
+    assert "x-api-key" not in sent.headers and "authorization" not in sent.headers
+
+
+def test_seed_004_without_budget_takes_no_budget_or_effort() -> None:
+    with pytest.raises(ConfigurationError, match="without_budget=True alone"):
+        AnthropicThinkingParams(budget_tokens=2048, without_budget=True)
+    with pytest.raises(ConfigurationError, match="without_budget=True alone"):
+        AnthropicThinkingParams(effort="high", without_budget=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -293,14 +294,32 @@ def test_llamacpp_completion_transcript_any_chunking(data: st.DataObject) -> Non
     assert out.error is None
     assert out.summary.usage is None
     assert out.summary.finish_reason == "stop"
-    assert decoder.finished
+    assert not decoder.finished  # the stream ends with the byte stream (seed 002)
     assert decoder.text_blocks == 2
 
 
-def test_llamacpp_completion_old_final_frame_not_appended() -> None:
+def test_llamacpp_completion_stop_frame_content_is_text() -> None:
+    """Seed 002: "A non-empty content becomes MessageContentBlock::Text"; the final
+    frame is no exception ("A frame with empty or missing content, including the final
+    {"content": "", "stop": true}, produces no block": an empty one only)."""
     out = decode_chunks(CompletionDecoder(), [transcript("llama_cpp/completion_old_final")])
-    assert out.items == [Text(" Paris"), Text(".")]
+    assert out.items == [Text(" Paris"), Text("."), Text(" Paris.")]
     assert out.summary.finish_reason == "length"
+
+
+def test_llamacpp_completion_frames_after_stop_are_read() -> None:
+    """Seed 002: "the stream ends when the byte stream ends", not at the stop frame."""
+    decoder = CompletionDecoder()
+    frames = (
+        b'data: {"content": "a", "stop": false}\n\n'
+        b'data: {"content": "", "stop": true, "stop_type": "eos"}\n\n'
+        b'data: {"content": "b", "stop": false}\n\n'
+        b'data: {"error": {"message": "late"}}\n\n'
+    )
+    out = decode_chunks(decoder, [frames])
+    assert not decoder.finished
+    assert out.items == [Text("a"), Text("b")]
+    assert out.error == ProviderError("llama_cpp", "late")
 
 
 def test_llamacpp_completion_error_frame_ends_the_stream() -> None:
@@ -368,6 +387,25 @@ async def test_llamacpp_completion_over_http(data: st.DataObject) -> None:
     assert sent.path == "/completion"
     assert "authorization" not in sent.headers
     assert sent.json()["n_predict"] == 3
+
+
+async def test_llamacpp_completion_non_streamed_request_still_streams() -> None:
+    """Seed 002, completion route: "stream is always true". A ``set_stream(False)``
+    request is sent with ``stream: true`` and collected from the stream: the user gets
+    the same Completion as from a streamed request."""
+    body = transcript("llama_cpp/completion")
+    async with open_replay_server(Reply(body=body)) as server:
+        client = CucaClient(
+            ProviderEndpoint.LLAMA_CPP, base_url=server.url, provider_config=COMPLETION
+        )
+        async with client:
+            single = await client.generate(request().set_stream(False))
+            streamed = await client.generate(request())
+        sent = [r.json() for r in server.requests]
+    assert [s["stream"] for s in sent] == [True, True]
+    assert single.blocks == streamed.blocks
+    assert "".join(b.text for b in single.blocks if isinstance(b, Text)) == " Paris."
+    assert single.response == attrs.evolve(streamed.response, endpoint=single.response.endpoint)
 
 
 @settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])

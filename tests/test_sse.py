@@ -455,16 +455,34 @@ def test_sse_buffer_high_water_is_bounded_by_the_largest_frame() -> None:
     big_frame = b"data: " + b"y" * (1024 * 1024) + b"\n\n"
     stream = small + big_frame + small + big_frame + small
     parser = SseParser()
-    capacities = set()
+    capacities = []
     events: list[SseEvent] = []
     for start in range(0, len(stream), 100):
         events += parser.feed(stream[start : start + 100])
-        capacities.add(parser.buffer_high_water)
+        capacities.append(parser.buffer_high_water)
     assert len(events) == 3 * 5000 + 2
-    partial_line = 100
-    assert parser.buffer_high_water <= len(big_frame) * 9 // 8 + partial_line
-    # It grew geometrically (not once per chunk), then the second big frame reused it.
-    assert len(capacities) < 50
+    assert parser.buffer_high_water <= len(big_frame)
+    # the second big frame reused the buffer the first one grew
+    assert capacities[len(stream) // 2 // 100] == capacities[-1]
+
+
+@pytest.mark.parametrize("read", [1000, 65536])
+@pytest.mark.parametrize("size", [1, 100, 8192, 8193, 100_015, 1024 * 1024])
+def test_sse_buffer_capacity_within_the_seed_bound(size: int, read: int) -> None:
+    """Seed 002: "The SSE parser keeps one reusable buffer that starts at 8192 bytes. Its
+    high-water mark is the largest single frame plus one partial line." The capacity, not
+    only the bytes held (a 100,023-byte frame read 1,000 bytes at a time grew it to
+    109,306 bytes, an eighth at a time)."""
+    frame = b"data: " + b"y" * size + b"\n\n"
+    small = b"data: s\n\n"
+    stream = small + frame + small + frame + small
+    parser = SseParser()
+    high = 0
+    for start in range(0, len(stream), read):
+        parser.feed(stream[start : start + read])
+        high = max(high, parser.buffer_high_water)
+    assert high <= max(8192, len(frame) + read)
+    assert high <= max(8192, len(frame) - 2)  # at most the frame's line: nothing more
 
 
 def test_sse_buffer_holds_one_line_not_the_read() -> None:
