@@ -19,7 +19,7 @@ before ``chunk_hooks`` (records a live turn's blocks, or replays a hit).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -36,7 +36,48 @@ if TYPE_CHECKING:
 
     from .stream import ResponseStream
 
-__all__ = ["Replay", "Ticket", "TurnAdmission", "TurnGate", "TurnReplay", "admitted"]
+__all__ = [
+    "Counter",
+    "Replay",
+    "Ticket",
+    "TurnAdmission",
+    "TurnGate",
+    "TurnReplay",
+    "admitted",
+    "estimate_tokens",
+]
+
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(request: UnifiedRequest) -> int:
+    """A request's prompt tokens, estimated without a tokenizer: its text (messages,
+    tool calls and results, tool definitions) over :data:`CHARS_PER_TOKEN`, rounded up;
+    an image counts 1000 tokens."""
+    import json
+
+    from .types import ImageBase64, Text, Thinking, ToolCall, ToolResult
+
+    chars = 0
+    for message in request.messages:
+        for block in message.content:
+            if isinstance(block, Text | Thinking):
+                chars += len(block.text)
+            elif isinstance(block, ToolResult):
+                chars += len(block.output)
+            elif isinstance(block, ToolCall):
+                chars += len(block.name) + len(json.dumps(dict(block.arguments)))
+            elif isinstance(block, ImageBase64):
+                chars += 1000 * CHARS_PER_TOKEN
+    for tool in request.tools:
+        schema = json.dumps(dict(tool.input_schema))
+        chars += len(tool.name) + len(tool.description) + len(schema)
+    return -(-chars // CHARS_PER_TOKEN)
+
+
+async def estimated(request: UnifiedRequest) -> int:
+    """:func:`estimate_tokens` as a :data:`Counter`."""
+    return estimate_tokens(request)
 
 SETTLE_TIMEOUT = 10.0
 """Seconds a cancelled turn may spend giving its permits back (shielded from the
@@ -58,12 +99,20 @@ class Ticket(Protocol):
         ...
 
 
+Counter = Callable[[UnifiedRequest], Awaitable[int]]
+"""Counts a request's prompt tokens: the client's ``count_tokens`` (exact on the local
+engine, llama.cpp, Anthropic and Gemini, tiktoken's estimate for the OpenAI family),
+falling back to :func:`estimate_tokens` when the backend cannot count."""
+
+
 @runtime_checkable
 class TurnGate(Protocol):
     """Admits turns: :meth:`admit` returns once the turn may go (it may wait, in a
-    cancel scope of the turn) or raises a :class:`~cuca.errors.CucaError` that ends it."""
+    cancel scope of the turn) or raises a :class:`~cuca.errors.CucaError` that ends it.
+    ``count`` counts the request's prompt tokens, for a gate that needs them (it may
+    cost a request to the backend: call it only then)."""
 
-    async def admit(self, request: UnifiedRequest) -> Ticket: ...
+    async def admit(self, request: UnifiedRequest, count: Counter) -> Ticket: ...
 
 
 @attrs.frozen
@@ -91,9 +140,14 @@ class TurnAdmission:
     """One turn's gates and replay: the actors to insert, then :meth:`settle`."""
 
     def __init__(
-        self, gates: Sequence[TurnGate], replay: TurnReplay | None, endpoint: str | None
+        self,
+        gates: Sequence[TurnGate],
+        replay: TurnReplay | None,
+        endpoint: str | None,
+        count: Counter = estimated,
     ) -> None:
         self.gates = gates
+        self.count = count
         self.replay = replay
         self.endpoint = endpoint
         self.tickets: list[Ticket] = []
@@ -124,7 +178,7 @@ class TurnAdmission:
                     if self.hit is not None:
                         continue  # answered from the cache: nothing goes out
                 for gate in self.gates:
-                    self.tickets.append(await gate.admit(request))
+                    self.tickets.append(await gate.admit(request, self.count))
                 await send.send([request])
 
     async def _head(
@@ -195,11 +249,12 @@ async def admitted(
     """A turn run by a service over clients (a :class:`~cuca.FallbackClient`) under
     ``gate``: admitted before the block, settled after it however it is left. The block
     calls the yielded function with the stream it ran, so the settlement sees how the
-    turn ended."""
+    turn ended. The prompt is estimated (:func:`estimate_tokens`): the client that will
+    answer is not known yet."""
     if gate is None:
         yield lambda stream: None
         return
-    ticket = await gate.admit(request)
+    ticket = await gate.admit(request, estimated)
     streams: list[ResponseStream] = []
     end = TurnEnd("cancelled")
     try:

@@ -14,7 +14,7 @@ import trio
 
 from ._checks import kind, optional, seconds
 from ._nursery import background_nursery
-from .errors import ConfigurationError, DeadlineExceeded
+from .errors import ConfigurationError, CucaError, DeadlineExceeded
 from .plugins import CucaPlugin
 from .stream import Completion, ResponseStream, collect
 from .turn import TurnState
@@ -375,7 +375,17 @@ class CucaClient:
             return None
         from .admission import TurnAdmission
 
-        return TurnAdmission(self._gates, self._replay, self._endpoint)
+        return TurnAdmission(self._gates, self._replay, self._endpoint, self._count)
+
+    async def _count(self, request: UnifiedRequest) -> int:
+        """The prompt tokens of a turn's request for its gates: :meth:`count_tokens`,
+        else (a backend that cannot count, or failed to) the text-length estimate."""
+        from .admission import estimate_tokens
+
+        try:
+            return (await self.count_tokens(request)).tokens
+        except CucaError:
+            return estimate_tokens(request)
 
     @asynccontextmanager
     async def generate_stream_with_response(

@@ -32,11 +32,13 @@ def client(url: str, budget: Budget, **options: Any) -> CucaClient:
 
 
 async def test_budget_twenty_concurrent_turns_admit_only_what_fits() -> None:
-    projection = Budget(usd=1).project(REQUEST.with_provider(OPENAI))
-    assert projection.usd is not None
-    budget = Budget(usd=projection.usd * 5.5)  # room for 5 reservations
     outcomes: list[str] = []
+    budget = Budget(usd=1)
     async with open_replay_server(SLOW) as server, client(server.url, budget) as c:
+        prompt = (await c.count_tokens(REQUEST)).tokens
+        projection = budget.project(REQUEST.with_provider(OPENAI), prompt)
+        assert projection.usd is not None
+        budget.usd = projection.usd * 5.5  # room for 5 reservations
 
         async def turn() -> None:
             try:
@@ -103,7 +105,8 @@ async def test_budget_failed_turn_costs_nothing_cancelled_turn_its_reservation()
             async with c.generate_stream(REQUEST) as stream:
                 async for _ in stream:
                     break
-    projected = budget.project(REQUEST).tokens
+            prompt = (await c.count_tokens(REQUEST)).tokens
+    projected = budget.project(REQUEST, prompt).tokens
     assert (await budget.spent())["tokens"] == projected
 
 

@@ -21,8 +21,8 @@ from cuca import (
     RetryPolicy,
     UnifiedRequest,
 )
+from cuca.admission import estimate_tokens
 from cuca.limits import window
-from cuca.limits.estimate import estimate_input_tokens
 from cuca.providers.ratelimit import parse_duration, rate_limit_hint
 from cuca.testing import Reply, open_replay_server
 
@@ -167,8 +167,7 @@ async def test_rate_limiter_charges_exact_output_tokens() -> None:
 
 async def test_rate_limiter_input_estimate_is_corrected_by_usage() -> None:
     limiter = RateLimiter(input_tokens_per_minute=1_000_000)
-    estimate = estimate_input_tokens(REQUEST)
-    assert estimate == 2  # "Hello?" is 6 characters: ceil(6 / 4)
+    assert estimate_tokens(REQUEST) == 2  # "Hello?" is 6 characters: ceil(6 / 4)
     async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:
         import time
 
@@ -316,3 +315,19 @@ async def test_rate_limiter_unknown_header_values_do_not_pause() -> None:
     assert hint is None
 
 
+
+
+async def test_rate_limiter_counts_input_with_the_clients_count_tokens() -> None:
+    counted: list[int] = []
+
+    class Recorder:
+        async def admit(self, request: UnifiedRequest, count: Any) -> Any:
+            counted.append(await count(request))
+            return await RateLimiter().admit(request)
+
+    async with open_replay_server(TEXT) as server:
+        async with client(server.url, Recorder()) as c:  # type: ignore[arg-type]
+            await c.generate(REQUEST)
+            exact = await c.count_tokens(REQUEST)
+    assert counted == [exact.tokens]
+    assert exact.method.startswith("tiktoken") and exact.tokens != estimate_tokens(REQUEST)

@@ -10,9 +10,22 @@ from typing import Any
 import pytest
 import trio
 from support.stores import STORES, open_store, redis_server
+from support.transcripts import transcript
 
-from cuca import StoreError
+from cuca import (
+    Budget,
+    BudgetExceeded,
+    CucaClient,
+    ProviderEndpoint,
+    RateLimiter,
+    ResponseCache,
+    StoreError,
+    UnifiedRequest,
+)
 from cuca.store import RedisStore, SqliteStore, Store
+from cuca.testing import Reply, open_replay_server
+
+OPENAI = ProviderEndpoint.OPENAI
 
 
 @pytest.fixture(params=STORES)
@@ -92,3 +105,55 @@ async def test_store_sqlite_is_shared_by_two_instances(tmp_path: Path) -> None:
     assert await second.get("k") == "v"
     await first.aclose()
     await second.aclose()
+
+
+# -- the features on each store ----------------------------------------------------------
+
+REQUEST = (
+    UnifiedRequest.new("gpt-4o").add_user_message("Hello?").set_max_tokens(64).set_temperature(0)
+)
+
+
+async def test_store_rate_limiter_spaces_turns_on_each_store(store: Store) -> None:
+    limiter = RateLimiter(requests_per_minute=600, max_concurrent=2, store=store)
+    async with open_replay_server(Reply(transcript("openai/text"))) as server:
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", rate_limiter=limiter) as c:
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(c.generate, REQUEST)
+            took = trio.current_time() - start
+    assert len(server.requests) == 4 and took >= 0.3
+    state = await store.get(limiter.key)
+    assert state["l"] == {}  # every concurrency slot given back
+
+
+async def test_store_budget_reservations_on_each_store(store: Store) -> None:
+    budget = Budget(tokens=4 * 73 + 10, store=store)  # 4 projections of 9 + 64 tokens
+    refused = 0
+    slow = Reply(transcript("openai/text"), chunks=(256,) * 8, delay=0.02)
+    async with open_replay_server(slow) as server:
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", plugins=[budget]) as c:
+
+            async def turn() -> None:
+                nonlocal refused
+                try:
+                    await c.generate(REQUEST)
+                except BudgetExceeded:
+                    refused += 1
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(8):
+                    nursery.start_soon(turn)
+    assert (len(server.requests), refused) == (4, 4)
+    assert (await budget.spent())["tokens"] == 4 * (1117 + 46)
+
+
+async def test_store_cache_hits_on_each_store(store: Store) -> None:
+    cache = ResponseCache(store=store, max_entries=5)
+    async with open_replay_server(Reply(transcript("openai/text"))) as server:
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", plugins=[cache]) as c:
+            first = await c.generate(REQUEST)
+            second = await c.generate(REQUEST)
+    assert second.response.cached and second.blocks == first.blocks
+    assert len(server.requests) == 1

@@ -12,14 +12,13 @@ from typing import Any, Literal
 import attrs
 
 from cuca._checks import kind
+from cuca.admission import Counter, estimate_tokens, estimated
 from cuca.cost import turn_cost
 from cuca.errors import BudgetExceeded, ConfigurationError
 from cuca.observe import TurnEnd
 from cuca.plugins import CucaPlugin
 from cuca.store import MemoryStore, Store
 from cuca.types import TokenUsage, UnifiedRequest
-
-from .estimate import estimate_input_tokens
 
 __all__ = ["Budget", "BudgetWarning"]
 
@@ -51,8 +50,9 @@ class Budget(CucaPlugin):
     """Refuses a turn whose projected cost would pass the budget, and charges each
     turn's exact cost when it ends. A plugin: ``CucaClient(..., plugins=[budget])``.
 
-    - ``usd``: dollars; a turn's projection is its estimated prompt tokens (text length
-      / 4) plus ``max_tokens`` (or :data:`DEFAULT_MAX_TOKENS`) at the model's prices
+    - ``usd``: dollars; a turn's projection is its prompt tokens as the client counts
+      them (``count_tokens``; the text length / 4 where it cannot) plus
+      ``max_tokens`` (or :data:`DEFAULT_MAX_TOKENS`) at the model's prices
       (genai-prices), and its charge the exact cost of its usage;
     - ``tokens``: prompt plus completion tokens, projected the same way;
     - ``window``: seconds after which spending starts again from 0 (fixed windows
@@ -120,9 +120,10 @@ class Budget(CucaPlugin):
             limits["tokens"] = float(self.tokens)
         return limits
 
-    def project(self, request: UnifiedRequest) -> _Projection:
-        """What ``request`` may cost at most: dollars (``None`` when unpriced) and tokens."""
-        prompt = estimate_input_tokens(request)
+    def project(self, request: UnifiedRequest, prompt: int | None = None) -> _Projection:
+        """What ``request`` may cost at most: dollars (``None`` when unpriced) and tokens,
+        with ``prompt`` tokens (estimated from its text when not given)."""
+        prompt = estimate_tokens(request) if prompt is None else prompt
         output = request.max_tokens or DEFAULT_MAX_TOKENS
         usage = TokenUsage(prompt_tokens=prompt, completion_tokens=output)
         usd = turn_cost(request.provider, request.model, usage) if self.usd is not None else None
@@ -133,9 +134,10 @@ class Budget(CucaPlugin):
         state = await self.store.get(self._key(self.clock())[0]) or {}
         return {unit: float(state.get("spent", {}).get(unit, 0.0)) for unit in self._limits()}
 
-    async def admit(self, request: UnifiedRequest) -> _Reservation:
-        """Reserve the turn's projection, or raise :class:`BudgetExceeded`."""
-        projection = self.project(request)
+    async def admit(self, request: UnifiedRequest, count: Counter = estimated) -> _Reservation:
+        """Reserve the turn's projection (its prompt counted by ``count``), or raise
+        :class:`BudgetExceeded`."""
+        projection = self.project(request, await count(request))
         if self.usd is not None and projection.usd is None and self.on_unpriced == "refuse":
             spent = (await self.spent()).get("usd", 0.0)
             raise BudgetExceeded(

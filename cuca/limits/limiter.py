@@ -13,13 +13,13 @@ from typing import Any
 import trio
 
 from cuca._checks import kind
+from cuca.admission import Counter, estimated
 from cuca.errors import ConfigurationError, RateLimitError, RateLimitExceeded, StoreError
 from cuca.observe import TurnEnd
 from cuca.store import MemoryStore, Store
 from cuca.types import UnifiedRequest
 
 from . import window
-from .estimate import estimate_input_tokens
 from .window import Bucket
 
 __all__ = ["RateLimiter"]
@@ -42,8 +42,9 @@ class RateLimiter:
 
     - ``requests_per_minute``: turns are spaced ``60 / rpm`` seconds apart (``burst``
       may go at once, 1 by default);
-    - ``input_tokens_per_minute``: each turn is charged its estimated prompt tokens
-      (text length / 4) when admitted, corrected by its exact usage when it ends;
+    - ``input_tokens_per_minute``: each turn is charged its prompt tokens as the client
+      counts them (``count_tokens``; the text length / 4 where it cannot) when
+      admitted, corrected by its exact usage when it ends;
     - ``output_tokens_per_minute``: charged the exact completion tokens when a turn
       ends; a turn waits while the last ones' output has not drained;
     - ``max_concurrent``: turns in flight at once (a slot is held until the turn ends);
@@ -115,10 +116,11 @@ class RateLimiter:
     async def _update(self, change: Any) -> Any:
         return await self.store.update(self.key, change, self._ttl)
 
-    async def admit(self, request: UnifiedRequest) -> _Ticket:
+    async def admit(self, request: UnifiedRequest, count: Counter = estimated) -> _Ticket:
         """Wait until ``request`` may go out, and return its permit; raises
-        :class:`RateLimitExceeded` rather than wait past ``max_waiters``/``max_wait``."""
-        estimate = estimate_input_tokens(request) if self.input is not None else 0
+        :class:`RateLimitExceeded` rather than wait past ``max_waiters``/``max_wait``.
+        ``count`` counts its prompt tokens (only with ``input_tokens_per_minute``)."""
+        estimate = await count(request) if self.input is not None else 0
         try:
             holder = await self._lease() if self.max_concurrent is not None else None
         except StoreError:
