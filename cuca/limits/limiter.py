@@ -122,6 +122,10 @@ class RateLimiter:
         ``count`` counts its prompt tokens (only with ``input_tokens_per_minute``)."""
         estimate = await count(request) if self.input is not None else 0
         try:
+            if self.max_concurrent is not None:
+                holder = await self._at_once(estimate)
+                if holder is not None:
+                    return _Ticket(self, holder, estimate)
             holder = await self._lease() if self.max_concurrent is not None else None
         except StoreError:
             if not self.fail_open:
@@ -138,6 +142,23 @@ class RateLimiter:
             await self._give_back(holder)
             raise
         return _Ticket(self, holder, estimate)
+
+    async def _at_once(self, estimate: int) -> str | None:
+        """A slot and the reservation in one update, when the turn need not wait for
+        either (the common case: one round trip to the store, not two); else ``None``
+        and nothing changed."""
+        assert self.max_concurrent is not None
+        limit, holder, now = self.max_concurrent, uuid.uuid4().hex, self.clock()
+        costs = self._costs(estimate)
+
+        def change(old: Any) -> tuple[Any, bool]:
+            state, taken = window.lease(old, now, holder, limit, self.lease_ttl)
+            if not taken:
+                return old, False
+            state, reservation = window.reserve(state, now, costs, 0.0, may_wait=False)
+            return (old, False) if reservation.refused else (state, True)
+
+        return holder if await self._update(change) else None
 
     def _costs(self, estimate: int, charging: bool = True) -> dict[Bucket, float]:
         costs: dict[Bucket, float] = {}

@@ -34,6 +34,10 @@ RUNS = [
         ["bench_grammar.py"],
     ),
     ("load: 2 x 500 concurrent turns of 1,000 chunks (issue: faults and load)", ["bench_load.py"]),
+    (
+        "limiter, budget, cache miss per turn on each store; cache hit vs live (issue: limits)",
+        ["bench_limits.py"],
+    ),
 ]
 
 
