@@ -14,7 +14,8 @@ core knowing them:
 The client puts three small actors in a turn that has either: ``admission`` right after
 ``request_hooks`` (the request as the plugins left it: a cache lookup, then every
 gate), ``response_head`` after ``transport`` (headers to the tickets) and ``replay``
-before ``chunk_hooks`` (records a live turn's blocks, or replays a hit).
+right after ``decode`` (or the engine's ``output_parse``: records a live turn's blocks,
+or replays a hit, so every user stage after it and the chunk hooks see the replay).
 """
 
 from __future__ import annotations
@@ -158,13 +159,13 @@ class TurnAdmission:
         self.summary: TurnSummary | None = None
 
     def insertions(self, http: bool) -> list[Insertion[Any]]:
-        from cuca.stages.pipeline import after, before
+        from cuca.stages.pipeline import after
 
         stages = [after("request_hooks", self._admit, "admission")]
         if http and self.gates:
             stages.append(after("transport", self._head, "response_head"))
-        if self.replay is not None:
-            stages.append(before("chunk_hooks", self._replay, "replay"))
+        if self.replay is not None:  # right after the source: user stages see a replay
+            stages.append(after("decode" if http else "output_parse", self._replay, "replay"))
         return stages
 
     async def _admit(

@@ -220,3 +220,39 @@ def test_cache_refuses_bad_settings() -> None:
         ResponseCache(ttl=0)
     with pytest.raises(ConfigurationError, match="max_entries"):
         ResponseCache(max_entries=0)
+
+
+async def test_cache_hit_reaches_user_stages_as_a_live_turn() -> None:
+    from cuca.stages import before
+
+    seen: list[list[Any]] = []
+
+    async def record(receive: Any, send: Any) -> None:
+        items: list[Any] = []
+        async with send:
+            async for batch in receive:
+                items += [i for i in batch if isinstance(i, Text)]
+                await send.send(batch)
+        seen.append(items)
+
+    stage = before("chunk_hooks", record)
+    async with open_replay_server(TEXT) as server:
+        async with client(server.url, ResponseCache(), stages=[stage]) as c:
+            await c.generate(REQUEST)
+            assert (await c.generate(REQUEST)).response.cached
+    assert len(seen) == 2 and seen[0] == seen[1] and seen[0]
+
+
+async def test_cache_hit_on_the_local_engine() -> None:
+    from cuca import LocalModel
+    from cuca.engine import default_model_path
+
+    model = LocalModel.load(default_model_path(), n_ctx=512)
+    request = (UnifiedRequest.new("local").add_user_message("Say hi.").set_max_tokens(8)
+               .set_temperature(0))
+    async with CucaClient(ProviderEndpoint.LOCAL, local_model=model,
+                          plugins=[ResponseCache()]) as c:
+        live, first = await blocks_of(c, request)
+        replayed, second = await blocks_of(c, request)
+    assert replayed == live and live
+    assert second.cached and not first.cached and second.usage == first.usage
