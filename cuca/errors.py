@@ -9,10 +9,11 @@ Every error a turn can produce is a :class:`CucaError`::
     │   ├── ReadTimeout          the server went silent for longer than the read timeout
     │   ├── StreamIncomplete     the body ended before the wire format's end marker
     │   └── DeadlineExceeded     the turn ran past its ``Timeouts.total``
-    ├── HttpStatusError      the server answered with a non-2xx status (status, body)
+    ├── HttpStatusError      the server answered with a non-2xx status (status, body),
+    │   │                        or reported that kind of error inside the stream
     │   ├── AuthenticationError  401 or 403: the key is missing, wrong or not allowed
     │   ├── RateLimitError       429; ``retry_after`` in seconds when the server said
-    │   ├── ServerError          5xx: the server failed
+    │   ├── ServerError          5xx: the server failed (or, in the stream, is overloaded)
     │   └── HttpContextOverflowError  the vendor said the prompt does not fit (also below)
     ├── ContextOverflowError the prompt does not fit the model's window (limit, requested)
     ├── SseParseError        the byte stream is not a valid event stream
@@ -122,18 +123,34 @@ class HttpStatusError(CucaError):
     when the adapter could find it in the body, else the body itself. The common
     statuses raise a subclass: :class:`AuthenticationError`, :class:`RateLimitError`,
     :class:`ServerError`.
+
+    An error a provider reported inside a 200 stream (Anthropic's ``overloaded_error``
+    event, an OpenAI ``data: {"error": ...}`` frame) gets the class its kind would have
+    as a status: ``status`` is that status (``overloaded_error`` is 529,
+    ``rate_limit_error`` 429...), ``body`` the frame, ``provider`` the provider's name
+    and ``in_stream`` is true, so that code catching :class:`ServerError` or
+    :class:`RateLimitError` treats both alike. ``provider`` is ``None`` for a status.
     """
 
     prefix = "http status error"
 
-    def __init__(self, status: int, body: str, message: str | None = None) -> None:
+    def __init__(
+        self, status: int, body: str, message: str | None = None, *, provider: str | None = None
+    ) -> None:
         super().__init__(message if message is not None else body)
         self.args = (status, body, self.message)
         self.status = status
         self.body = body
+        self.provider = provider
+
+    @property
+    def in_stream(self) -> bool:
+        """Whether the provider reported this error inside a 200 stream."""
+        return self.provider is not None
 
     def __str__(self) -> str:
-        return f"http status {self.status}: {self.message}"
+        where = f" (in the {self.provider} stream)" if self.provider is not None else ""
+        return f"http status {self.status}{where}: {self.message}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.status}, {self.body!r})"
@@ -148,9 +165,15 @@ class RateLimitError(HttpStatusError):
     for in its ``Retry-After`` header, or ``None`` when it did not say."""
 
     def __init__(
-        self, status: int, body: str, message: str | None = None, retry_after: float | None = None
+        self,
+        status: int,
+        body: str,
+        message: str | None = None,
+        retry_after: float | None = None,
+        *,
+        provider: str | None = None,
     ) -> None:
-        super().__init__(status, body, message)
+        super().__init__(status, body, message, provider=provider)
         self.retry_after = retry_after
 
 
@@ -216,16 +239,21 @@ class HttpContextOverflowError(HttpStatusError, ContextOverflowError):
 
 
 def http_status_error(
-    status: int, body: str, message: str | None = None, retry_after: float | None = None
+    status: int,
+    body: str,
+    message: str | None = None,
+    retry_after: float | None = None,
+    *,
+    provider: str | None = None,
 ) -> HttpStatusError:
     """The most specific :class:`HttpStatusError` for ``status``."""
     if status in (401, 403):
-        return AuthenticationError(status, body, message)
+        return AuthenticationError(status, body, message, provider=provider)
     if status == 429:
-        return RateLimitError(status, body, message, retry_after)
+        return RateLimitError(status, body, message, retry_after, provider=provider)
     if 500 <= status < 600:
-        return ServerError(status, body, message)
-    return HttpStatusError(status, body, message)
+        return ServerError(status, body, message, provider=provider)
+    return HttpStatusError(status, body, message, provider=provider)
 
 
 class SseParseError(CucaError):

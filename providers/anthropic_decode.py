@@ -40,7 +40,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, tool_arguments
+from .decoding import Shape, decode_frame, stream_error, tool_arguments
 
 __all__ = ["AnthropicDecoder"]
 
@@ -150,7 +150,9 @@ class AnthropicDecoder(StreamDecoder):
         payload = decode_frame(_EVENT, event.data, self.provider)
         kind = payload.type or event.event
         if kind == "error" or event.event == "error":
-            raise ProviderError(self.provider, _error_text(json.loads(event.data)))
+            frame = json.loads(event.data)
+            error = frame.get("error") if isinstance(frame, dict) else None
+            raise stream_error(self.provider, _error_text(frame), error, event.data)
         handler = self._handlers.get(kind)
         return handler(self, payload) if handler is not None else []
 

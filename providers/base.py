@@ -36,6 +36,7 @@ from cuca.types import (
     UnifiedRequest,
 )
 
+from .decoding import stream_error
 from .overflow import Overflow
 
 __all__ = [
@@ -228,16 +229,17 @@ def guarded_feed(provider: str) -> Callable[[FeedMethod], FeedMethod]:
     return wrap
 
 
-def _not_streamed(provider: str, body: str) -> ProviderError:
-    """A streamed request answered with one JSON document: the vendor's error message
-    when the document is an error, else what happened and what to do."""
+def _not_streamed(provider: str, body: str) -> CucaError:
+    """A streamed request answered with one JSON document: the vendor's error, of its
+    kind (:func:`.decoding.stream_error`), when the document is an error, else what
+    happened and what to do."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError):
         document = None
     error = document.get("error") if isinstance(document, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return ProviderError(provider, error["message"])
+        return stream_error(provider, error["message"], error, body)
     if isinstance(error, str):
         return ProviderError(provider, error)
     return ProviderError(

@@ -24,10 +24,18 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from cuca.errors import JsonError, ProviderError, ToolCallError
+from cuca.errors import CucaError, JsonError, ProviderError, ToolCallError, http_status_error
 from cuca.types import ToolCall
 
-__all__ = ["Shape", "decode_frame", "finished_call", "json_body", "tool_arguments"]
+__all__ = [
+    "STREAM_ERROR_STATUS",
+    "Shape",
+    "decode_frame",
+    "finished_call",
+    "json_body",
+    "stream_error",
+    "tool_arguments",
+]
 
 T = TypeVar("T")
 
@@ -140,3 +148,62 @@ def json_body(body: str) -> Any:
     if isinstance(data, list) and len(data) == 1:
         return data[0]
     return data
+
+
+STREAM_ERROR_STATUS: dict[str, int] = {
+    # Anthropic's error types, with the statuses its errors page gives them
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+    # OpenAI (chat and Responses), vLLM and llama.cpp types and codes
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "server_error": 500,
+    "exceed_context_size_error": 400,
+    "not_supported_error": 501,
+    "unavailable_error": 503,
+    # Gemini's (Google RPC) status names, with their HTTP mappings
+    "invalid_argument": 400,
+    "failed_precondition": 400,
+    "unauthenticated": 401,
+    "permission_denied": 403,
+    "not_found": 404,
+    "resource_exhausted": 429,
+    "internal": 500,
+    "unavailable": 503,
+    "deadline_exceeded": 504,
+}
+"""The HTTP status a vendor's error kind stands for, when it arrives inside a stream."""
+
+
+def stream_error(provider: str, message: str, error: Any, frame: str) -> CucaError:
+    """An error a server reported inside a 200 stream, as the kind its HTTP status would
+    have been: :class:`~cuca.errors.ServerError` for an overloaded or failing server,
+    :class:`~cuca.errors.RateLimitError` for a rate limit, the
+    :class:`~cuca.errors.HttpStatusError` of its status for a bad request (``provider``
+    set, ``body`` the frame). ``error`` is the vendor's error object: its integer
+    ``code`` when it is an HTTP status (llama.cpp, vLLM, Gemini), else its ``type``,
+    ``code`` or ``status`` name (:data:`STREAM_ERROR_STATUS`). An error of no known kind
+    is a :class:`~cuca.errors.ProviderError`, as before."""
+    status = _implied_status(error)
+    if status is None:
+        return ProviderError(provider, message)
+    return http_status_error(status, frame, message, provider=provider)
+
+
+def _implied_status(error: Any) -> int | None:
+    if not isinstance(error, dict):
+        return None
+    code = error.get("code")
+    if type(code) is int and 400 <= code < 600:
+        return code
+    for key in ("type", "code", "status"):
+        value = error.get(key)
+        if isinstance(value, str) and (status := STREAM_ERROR_STATUS.get(value.lower())):
+            return status
+    return None

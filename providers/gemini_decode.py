@@ -40,7 +40,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, json_body
+from .decoding import Shape, decode_frame, json_body, stream_error
 
 __all__ = ["SYNTHETIC_ID", "GeminiDecoder", "new_call_id"]
 
@@ -111,14 +111,17 @@ class GeminiDecoder(StreamDecoder):
     @guarded_feed("gemini")
     def feed(self, event: SseEvent) -> list[Item]:
         if event.event == "error":
-            raise ProviderError("gemini", _raw_error_text(event.data))
+            raw = json_body(event.data)
+            error = raw.get("error") if isinstance(raw, dict) else None
+            raise stream_error("gemini", _raw_error_text(event.data), error, event.data)
         payload = decode_frame(_RESPONSE, event.data, "gemini")
         if isinstance(payload, list):
             if not payload:
                 raise ProviderError("gemini", f"unexpected frame: {event.data[:200]}")
             payload = payload[0]
         if payload.error is not None:
-            raise ProviderError("gemini", _error_text(payload.error, event.data))
+            message = _error_text(payload.error, event.data)
+            raise stream_error("gemini", message, payload.error, event.data)
         if payload.usage_metadata is not None:
             self._usage = payload.usage_metadata
         feedback = payload.prompt_feedback

@@ -38,7 +38,7 @@ from .base import (
     StreamDecoder,
     guarded_feed,
 )
-from .decoding import Shape, decode_frame
+from .decoding import Shape, decode_frame, stream_error
 from .openai_compat import Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_config import OpenAiApi, OpenAiConfig
 from .openai_decode import chat_error_message, error_text
@@ -277,7 +277,7 @@ class CompletionDecoder(StreamDecoder):
             return []
         frame = decode_frame(_FRAME, data, _PROVIDER)
         if frame.error:
-            raise ProviderError(_PROVIDER, error_text(frame.error))
+            raise stream_error(_PROVIDER, error_text(frame.error), frame.error, data)
         if frame.stop:
             self._finish_reason = _STOP_TYPES.get(str(frame.stop_type), "stop")
         if not frame.content:

@@ -14,7 +14,8 @@ Stream rules, from ``reference/wire.md`` sections 1 to 4, 6 and 11:
   fragment). The same id at two indexes stays two calls.
 - Usage arrives on a ``choices: []`` chunk (OpenAI, vLLM, llama.cpp) or on the finish chunk
   (DeepSeek); it is read wherever it appears.
-- ``data: {"error": ...}`` is a provider error inside a 200 stream; ``data: [DONE]`` ends it.
+- ``data: {"error": ...}`` is an error inside a 200 stream, of the kind its ``type`` or
+  ``code`` says (:func:`.decoding.stream_error`); ``data: [DONE]`` ends it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from cuca.errors import ProviderError, StreamIncomplete
+from cuca.errors import StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -37,7 +38,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, finished_call, json_body
+from .decoding import Shape, decode_frame, finished_call, json_body, stream_error
 
 __all__ = ["ChatCompletionsDecoder", "chat_error_message", "error_text"]
 
@@ -189,7 +190,7 @@ class ChatCompletionsDecoder(StreamDecoder):
             return self._flush_calls()
         chunk = decode_frame(_CHUNK, data, self.provider)
         if chunk.error:
-            raise ProviderError(self.provider, error_text(chunk.error))
+            raise stream_error(self.provider, error_text(chunk.error), chunk.error, data)
         items: list[Item] = []
         for choice in chunk.choices or ():
             if choice.index:  # only choice 0 is read (absent or null: it is choice 0)

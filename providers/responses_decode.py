@@ -14,7 +14,8 @@ Every frame is a JSON object whose ``type`` names the event (field names from th
   text; a call not yet yielded (a server that sent no ``.done`` event) is yielded then.
 - ``response.completed`` and ``response.incomplete`` end the turn with usage (the
   latter's finish reason comes from ``incomplete_details.reason``);
-  ``response.failed`` and ``error`` end it with a ``ProviderError``. Other events
+  ``response.failed`` and ``error`` end it with the error their ``code`` names
+  (:func:`.decoding.stream_error`: ``server_error`` a ``ServerError``...). Other events
   (``response.created``, ``response.content_part.added``...) are ignored.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from cuca.errors import ProviderError, StreamIncomplete
+from cuca.errors import StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
     PromptCacheUsage,
@@ -38,7 +39,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, finished_call
+from .decoding import Shape, decode_frame, finished_call, stream_error
 from .openai_decode import error_text
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
@@ -146,6 +147,7 @@ class ResponsesDecoder(StreamDecoder):
         self._cache: PromptCacheUsage | None = None
         self._finish_reason: str | None = None
         self._called = False
+        self._data = ""
 
     @guarded_feed("responses")
     def feed(self, event: SseEvent) -> list[Item]:
@@ -153,9 +155,14 @@ class ResponsesDecoder(StreamDecoder):
             return []
         frame = decode_frame(_EVENT, event.data, self.provider)
         if frame.type == "error":  # its fields vary: read from the whole frame
-            raise ProviderError(self.provider, _error_event_text(json.loads(event.data)))
+            whole = json.loads(event.data)
+            error = (whole.get("error") or whole) if isinstance(whole, dict) else None
+            raise stream_error(self.provider, _error_event_text(whole), error, event.data)
         handler = self._handlers.get(str(frame.type))
-        return [] if handler is None else handler(self, frame)
+        if handler is None:
+            return []
+        self._data = event.data  # the frame as sent, for an error's body
+        return handler(self, frame)
 
     def close(self) -> list[Item]:
         if self.finished:
@@ -237,7 +244,8 @@ class ResponsesDecoder(StreamDecoder):
 
     def _failed(self, frame: _Event) -> list[Item]:
         error = (frame.response or _NO_RESPONSE).error
-        raise ProviderError(self.provider, _described(error) if error else "response failed")
+        message = _described(error) if error else "response failed"
+        raise stream_error(self.provider, message, error, self._data)
 
     _handlers: ClassVar[Mapping[str, _Handler]] = {
         "response.output_text.delta": _text,

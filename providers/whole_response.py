@@ -12,7 +12,8 @@ pipeline:
 - :class:`WholeResponseDecoder`: turns that document into the events the streamed form
   of the same turn would have sent (one function per wire below), and feeds them to
   the wire's own stream decoder. Blocks, usage and finish reason are then the stream's,
-  by construction; an ``{"error": ...}`` document is a ``ProviderError``.
+  by construction; an ``{"error": ...}`` document is the error of its kind, as in a stream
+  (:func:`.decoding.stream_error`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from cuca.stages.sse import SseEvent
 from cuca.types import TurnSummary, UnifiedRequest
 
 from .base import JSON_BODY, Framer, Item, StreamDecoder, loads_json
+from .decoding import stream_error
 from .openai_decode import error_text
 
 __all__ = [
@@ -115,7 +117,8 @@ class WholeResponseDecoder(StreamDecoder):
             return []
         document = loads_json(event.data, self.provider)
         if isinstance(document, dict) and document.get("error"):
-            raise ProviderError(self.provider, error_text(document["error"]))
+            error = document["error"]
+            raise stream_error(self.provider, error_text(error), error, event.data)
         try:
             events = self.to_events(document)
         except (TypeError, AttributeError, KeyError, ValueError) as exc:

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import pytest
 
 from cuca import ProviderEndpoint, Text, Thinking, ToolCall, ToolCallError
-from cuca.errors import JsonError, ProviderError
+from cuca.errors import (
+    AuthenticationError,
+    HttpStatusError,
+    JsonError,
+    ProviderError,
+    RateLimitError,
+    ServerError,
+)
 from cuca.providers.anthropic_decode import AnthropicDecoder
-from cuca.providers.decoding import Shape, decode_frame, json_body, tool_arguments
+from cuca.providers.decoding import (
+    Shape,
+    decode_frame,
+    json_body,
+    stream_error,
+    tool_arguments,
+)
 from cuca.providers.gemini_decode import GeminiDecoder
 from cuca.providers.openai_decode import ChatCompletionsDecoder
 from cuca.providers.responses_decode import ResponsesDecoder
@@ -268,3 +282,82 @@ def test_decoding_frame_full_of_wrong_types_is_refused_in_bounded_time() -> None
     frame = json.dumps({"choices": [1] * 100_000})
     with pytest.raises(ProviderError, match=r"over 16 values of the wrong type"):
         ChatCompletionsDecoder("openai").feed(SseEvent(frame))
+
+
+def _anthropic(kind: str) -> str:
+    error = {"type": "error", "error": {"type": kind, "message": "m"}}
+    return "event: error\ndata: " + json.dumps(error)
+
+
+def _chat(**error: object) -> str:
+    return "data: " + json.dumps({"error": {"message": "m", **error}})
+
+
+def _gemini(code: int, status: str) -> str:
+    return "data: " + json.dumps({"error": {"code": code, "message": "m", "status": status}})
+
+
+FAILED = {
+    "type": "response.failed",
+    "response": {"error": {"code": "server_error", "message": "m"}},
+}
+
+# (decoder, its in-stream error frame, the class and status the user gets)
+IN_STREAM_ERRORS = [
+    ("anthropic", _anthropic("overloaded_error"), ServerError, 529),
+    ("anthropic", _anthropic("api_error"), ServerError, 500),
+    ("anthropic", _anthropic("rate_limit_error"), RateLimitError, 429),
+    ("anthropic", _anthropic("invalid_request_error"), HttpStatusError, 400),
+    ("anthropic", _anthropic("permission_error"), AuthenticationError, 403),
+    ("openai", _chat(type="server_error", code=None), ServerError, 500),
+    ("openai", _chat(type="tokens", code="rate_limit_exceeded"), RateLimitError, 429),
+    ("openai", _chat(type="BadRequestError", code=400), HttpStatusError, 400),  # vLLM
+    ("openai", _chat(type="unavailable_error", code=503), ServerError, 503),  # llama.cpp
+    (
+        "responses",
+        'event: error\ndata: {"type":"error","code":"rate_limit_exceeded","message":"m"}',
+        RateLimitError,
+        429,
+    ),
+    ("responses", "data: " + json.dumps(FAILED), ServerError, 500),
+    ("gemini", _gemini(429, "RESOURCE_EXHAUSTED"), RateLimitError, 429),
+    ("gemini", _gemini(503, "UNAVAILABLE"), ServerError, 503),
+]
+
+
+def _new_decoder(name: str) -> Any:
+    if name == "anthropic":
+        return AnthropicDecoder(ProviderEndpoint.ANTHROPIC, "anthropic")
+    if name == "openai":
+        return ChatCompletionsDecoder("openai")
+    if name == "responses":
+        return ResponsesDecoder(ProviderEndpoint.OPENAI)
+    return GeminiDecoder()
+
+
+def _event(text: str) -> SseEvent:
+    fields = dict(line.split(": ", 1) for line in text.split("\n"))
+    return SseEvent(fields["data"], fields.get("event", "message"))
+
+
+@pytest.mark.parametrize(("name", "frame", "kind", "status"), IN_STREAM_ERRORS)
+def test_decoding_in_stream_errors_have_the_kind_of_their_status(
+    name: str, frame: str, kind: type[HttpStatusError], status: int
+) -> None:
+    """Issue 29 §2: an error inside a 200 stream is raised as the class its HTTP status
+    would have had (code that retries on ServerError retries an overload either way)."""
+    event = _event(frame)
+    with pytest.raises(HttpStatusError) as info:
+        _new_decoder(name).feed(event)
+    assert type(info.value) is kind
+    assert (info.value.status, info.value.body, info.value.in_stream) == (status, event.data, True)
+    assert "m" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "error", [{"message": "m"}, {"message": "m", "type": "strange"}, "m", {"code": 200}]
+)
+def test_decoding_in_stream_error_of_no_known_kind_is_a_provider_error(error: object) -> None:
+    raised = stream_error("openai", "m", error, "{}")
+    assert type(raised) is ProviderError
+    assert raised == ProviderError("openai", "m")

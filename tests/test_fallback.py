@@ -166,3 +166,36 @@ async def test_fallback_dropped_stream_closes_the_answering_connection() -> None
 def test_fallback_needs_a_client() -> None:
     with pytest.raises(CucaError, match="at least one client"):
         FallbackClient([])
+
+
+OVERLOADED_IN_STREAM = (
+    b"event: message_start\n"
+    b'data: {"type":"message_start","message":{"id":"m","type":"message","role":"assistant",'
+    b'"model":"claude","content":[],"usage":{"input_tokens":3,"output_tokens":0}}}\n\n'
+    b"event: error\n"
+    b'data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+)
+
+
+async def test_fallback_moves_on_an_overloaded_error_inside_the_stream() -> None:
+    """Anthropic's ``event: error`` with ``overloaded_error`` before any block is the
+    kind a 529 gets (a ServerError), so fallback treats it as it treats the status."""
+    overloaded = Reply(OVERLOADED_IN_STREAM)
+    async with open_replay_server(overloaded) as a, open_replay_server(TEXT) as b:
+        clients = [client(a.url, ANTHROPIC), client(b.url)]
+        async with FallbackClient(clients) as fallback:
+            done = await fallback.generate(REQUEST)
+        assert (len(a.requests), len(b.requests)) == (1, 1)
+    assert done.text == "I'm unable to provide real-time weather updates."
+
+
+async def test_fallback_does_not_move_on_a_bad_request_inside_the_stream() -> None:
+    """An ``invalid_request_error`` in the stream is the kind a 400 gets: raised at once."""
+    bad = OVERLOADED_IN_STREAM.replace(b"overloaded_error", b"invalid_request_error")
+    async with open_replay_server(Reply(bad)) as a, open_replay_server(TEXT) as b:
+        clients = [client(a.url, ANTHROPIC), client(b.url)]
+        async with FallbackClient(clients) as fallback:
+            with pytest.raises(HttpStatusError) as info:
+                await fallback.generate(REQUEST)
+        assert (len(a.requests), len(b.requests)) == (1, 0)
+    assert (info.value.status, info.value.provider) == (400, "anthropic")

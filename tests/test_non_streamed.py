@@ -26,7 +26,9 @@ from cuca import (
     CucaPlugin,
     JsonError,
     ProviderError,
+    RateLimitError,
     RetryPolicy,
+    ServerError,
     TokenUsage,
     merge_blocks,
 )
@@ -116,10 +118,14 @@ async def test_non_streamed_gemini_calls_generate_content() -> None:
     assert sent.path.endswith(":generateContent")
 
 
-async def test_non_streamed_error_document_is_a_provider_error() -> None:
-    """A 200 whose JSON body is ``{"error": ...}``: the user gets the vendor's message."""
+async def test_non_streamed_error_document_is_the_error_of_its_kind() -> None:
+    """A 200 whose JSON body is ``{"error": ...}``: the user gets the vendor's message,
+    in the class its kind has as a status (``server_error``: a ServerError)."""
     body = json.dumps({"error": {"message": "model overloaded", "type": "server_error"}})
-    with pytest.raises(ProviderError, match="model overloaded"):
+    with pytest.raises(ServerError, match="model overloaded"):
+        await run(BY_NAME["openai"], Reply(body.encode(), headers=JSON), stream=False)
+    body = json.dumps({"error": {"message": "no such thing", "type": "unknown_kind"}})
+    with pytest.raises(ProviderError, match="no such thing"):  # no known kind
         await run(BY_NAME["openai"], Reply(body.encode(), headers=JSON), stream=False)
 
 
@@ -202,5 +208,5 @@ async def test_streamed_request_answered_with_a_json_error_shows_the_vendor_mess
 ) -> None:
     body = json.dumps({"error": {"message": "quota exhausted", "code": 429}}).encode()
     for headers in (JSON, [("content-type", "text/event-stream")]):
-        with pytest.raises(ProviderError, match="quota exhausted"):
+        with pytest.raises(RateLimitError, match="quota exhausted"):  # "code": 429
             await run(BY_NAME[target_name], Reply(body, headers=headers), stream=True)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.budget import examples
-from support.transcripts import decode_chunks, transcript
+from support.transcripts import decode_chunks, in_stream, transcript
 
 from cuca import (
     AnthropicThinkingParams,
@@ -22,6 +22,7 @@ from cuca import (
     PromptCache,
     ProviderEndpoint,
     ProviderError,
+    ServerError,
     Text,
     Thinking,
     ThinkingConfig,
@@ -405,7 +406,9 @@ def test_anthropic_decoder_two_fragmented_tool_uses() -> None:
 def test_anthropic_decoder_error_event_ends_the_turn() -> None:
     decoded = decode("error")
     assert decoded.items == [Text("Partial answer")]
-    assert decoded.error == ProviderError("anthropic", "overloaded_error: Overloaded")
+    # overloaded_error is the kind of a 529: a ServerError, as the status would have been
+    assert decoded.error == in_stream("anthropic/error", 529, "overloaded_error: Overloaded")
+    assert isinstance(decoded.error, ServerError)
 
 
 def test_anthropic_decoder_error_event_without_json() -> None:
@@ -548,11 +551,15 @@ async def test_anthropic_over_http_error_event_is_raised() -> None:
     async with open_replay_server(Reply(transcript("anthropic/error"))) as server:
         async with CucaClient(ANTHROPIC, base_url=server.url, api_key="k") as client:
             items: list[Any] = []
-            with pytest.raises(ProviderError, match="overloaded_error: Overloaded"):
+            with pytest.raises(ServerError, match="overloaded_error: Overloaded") as info:
                 async with client.generate_stream(REQUEST) as stream:
                     async for item in stream:
                         items.append(item)
     assert items == [Text("Partial answer")]
+    assert info.value.status == 529 and info.value.provider == "anthropic"
+    assert str(info.value) == (
+        "http status 529 (in the anthropic stream): overloaded_error: Overloaded"
+    )
 
 
 async def test_anthropic_over_http_status_error_carries_the_message() -> None:

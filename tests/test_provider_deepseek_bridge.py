@@ -17,7 +17,7 @@ from cuca import (
     CucaClient,
     PromptCache,
     ProviderEndpoint,
-    ProviderError,
+    ServerError,
     Text,
     Thinking,
     ThinkingConfig,
@@ -148,7 +148,9 @@ def test_deepseek_bridge_errors_name_deepseek() -> None:
         b'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"busy"}}\n\n'
     )
     decoded = decode_chunks(make_deepseek_bridge(SETTINGS).new_decoder(REQUEST), [frame])
-    assert decoded.error == ProviderError("deepseek", "api_error: busy")
+    data = frame[len(b"event: error\ndata: ") : -2].decode()
+    assert decoded.error == ServerError(500, data, "api_error: busy")  # "api_error"
+    assert isinstance(decoded.error, ServerError) and decoded.error.provider == "deepseek"
 
 
 def test_deepseek_bridge_replays_unsigned_deepseek_thinking_only() -> None:

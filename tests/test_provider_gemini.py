@@ -26,6 +26,7 @@ from cuca import (
     MessageRole,
     ProviderEndpoint,
     ProviderError,
+    ServerError,
     Text,
     Thinking,
     ThinkingConfig,
@@ -377,8 +378,12 @@ def test_gemini_decoder_usage_only_final_chunk() -> None:
 def test_gemini_decoder_raw_error_object_ends_the_turn() -> None:
     decoded = decode("raw_error")
     assert decoded.items == [Text("The first half of")]
-    assert decoded.error == ProviderError(
-        "gemini", "UNAVAILABLE: The model is overloaded. Please try again later."
+    # "code": 503, "status": "UNAVAILABLE": a ServerError, as the status would have been
+    assert isinstance(decoded.error, ServerError)
+    assert (decoded.error.status, decoded.error.message, decoded.error.provider) == (
+        503,
+        "UNAVAILABLE: The model is overloaded. Please try again later.",
+        "gemini",
     )
 
 
@@ -560,7 +565,7 @@ async def test_gemini_over_http_raw_error_is_raised(tail: bytes) -> None:
     async with open_replay_server(Reply(raw, chunks=[7] * 10)) as server:
         async with CucaClient(GEMINI, base_url=server.url, api_key="k") as client:
             items: list[Any] = []
-            with pytest.raises(ProviderError, match="UNAVAILABLE: The model is overloaded"):
+            with pytest.raises(ServerError, match="UNAVAILABLE: The model is overloaded"):
                 async with client.generate_stream(REQUEST) as stream:
                     async for item in stream:
                         items.append(item)
@@ -583,3 +588,4 @@ async def test_gemini_over_http_cut_stream_is_a_transport_error() -> None:
         async with CucaClient(GEMINI, base_url=server.url, api_key="k") as client:
             with pytest.raises(TransportError):
                 await client.generate(REQUEST)
+

@@ -10,16 +10,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.budget import examples
-from support.transcripts import decode_chunks, transcript
+from support.transcripts import decode_chunks, in_stream, transcript
 
 from cuca import (
     ConfigurationError,
     CucaClient,
+    HttpStatusError,
     ImageBase64,
     JsonError,
     PromptCacheUsage,
     ProviderEndpoint,
     ProviderError,
+    ServerError,
     Text,
     Thinking,
     ThinkingConfig,
@@ -202,7 +204,7 @@ CHAT_EXPECTED: dict[str, tuple[list[Item], Any, Any, Any]] = {
     ),
     "llama_cpp/chat_error": (
         [Text("Hel")],
-        ProviderError("llama_cpp", "Failed to decode the batch"),
+        in_stream("llama_cpp/chat_error", 500, "Failed to decode the batch"),
         None,
         None,
     ),
@@ -325,9 +327,13 @@ def test_llamacpp_completion_frames_after_stop_are_read() -> None:
 def test_llamacpp_completion_error_frame_ends_the_stream() -> None:
     out = decode_chunks(CompletionDecoder(), [transcript("llama_cpp/completion_error")])
     assert out.items == [Text(" Paris")]
-    assert out.error == ProviderError(
-        "llama_cpp", "the request exceeds the available context size, try increasing it"
+    # "code": 400, "type": "exceed_context_size_error": what the status would have been
+    assert out.error == in_stream(
+        "llama_cpp/completion_error",
+        400,
+        "the request exceeds the available context size, try increasing it",
     )
+    assert type(out.error) is HttpStatusError
 
 
 @pytest.mark.parametrize("bad", [b"data: {oops\n\n", b"data: [1, 2]\n\n", b"data: 42\n\n"])
@@ -425,7 +431,8 @@ async def test_llamacpp_chat_over_http(data: st.DataObject) -> None:
 async def test_llamacpp_chat_error_frame_over_http() -> None:
     items, error, _, _ = await run(CHAT, Reply(body=transcript("llama_cpp/chat_error")), request())
     assert items == [Text("Hel")]
-    assert error == ProviderError("llama_cpp", "Failed to decode the batch")
+    assert error == in_stream("llama_cpp/chat_error", 500, "Failed to decode the batch")
+    assert isinstance(error, ServerError) and error.provider == "llama_cpp"
 
 
 async def test_llamacpp_status_error_message_over_http() -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.budget import examples
-from support.transcripts import Decoded, decode_chunks, transcript
+from support.transcripts import Decoded, decode_chunks, in_stream, transcript
 
 from cuca import (
     ConfigurationError,
@@ -26,6 +26,7 @@ from cuca import (
     PromptCacheUsage,
     ProviderEndpoint,
     ProviderError,
+    ServerError,
     Text,
     Thinking,
     ThinkingConfig,
@@ -94,8 +95,9 @@ EXPECTED: dict[str, tuple[list[Item], Any, Any, Any, str | None]] = {
     ),
     "openai/error": (
         texts("The"),
-        ProviderError(
-            "openai",
+        in_stream(
+            "openai/error",
+            500,  # "type": "server_error"
             "The server had an error processing your request. Sorry about that! You can retry"
             " your request, or contact us through our help center at help.openai.com if you"
             " keep seeing this error.",
@@ -123,8 +125,9 @@ EXPECTED: dict[str, tuple[list[Item], Any, Any, Any, str | None]] = {
     ),
     "vllm/error": (
         [],
-        ProviderError(
-            "vllm",
+        in_stream(
+            "vllm/error",
+            400,  # "code": 400
             "The decoder prompt (length 9000) is longer than the maximum model length of 8192.",
         ),
         None,
@@ -500,7 +503,8 @@ def test_decoder_error_frame_ends_the_turn() -> None:
     error = {"error": {"message": "overloaded", "type": "server_error"}}
     out = decode(frame({"content": "a"}), b"data: " + json.dumps(error).encode() + b"\n\n")
     assert out.items == texts("a")
-    assert out.error == ProviderError("openai", "overloaded")
+    assert out.error == ServerError(500, json.dumps(error), "overloaded")  # "server_error"
+    assert isinstance(out.error, ServerError) and out.error.in_stream
 
 
 def test_decoder_error_frame_with_string_error() -> None:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
-from support.transcripts import decode_chunks, transcript
+from support.transcripts import decode_chunks, in_stream, transcript
 
 from cuca import (
     ConfigurationError,
@@ -28,7 +28,6 @@ from cuca import (
     OpenAiConfig,
     PromptCacheUsage,
     ProviderEndpoint,
-    ProviderError,
     StreamIncomplete,
     Text,
     Thinking,
@@ -103,15 +102,19 @@ EXPECTED: dict[str, tuple[list[Any], Any, Any, Any, str | None]] = {
     ),
     "openai_responses/failed": (
         [],
-        ProviderError("openai", "server_error: The model failed to generate a response."),
+        in_stream(
+            "openai_responses/failed", 500, "server_error: The model failed to generate a response."
+        ),
         None,
         None,
         None,
     ),
     "openai_responses/error": (
         [],
-        ProviderError(
-            "openai", "rate_limit_exceeded: Rate limit reached for gpt-5 on tokens per min."
+        in_stream(
+            "openai_responses/error",
+            429,
+            "rate_limit_exceeded: Rate limit reached for gpt-5 on tokens per min.",
         ),
         None,
         None,

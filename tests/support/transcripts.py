@@ -8,7 +8,7 @@ from pathlib import Path
 
 import attrs
 
-from cuca.errors import CucaError
+from cuca.errors import CucaError, HttpStatusError, http_status_error
 from cuca.providers.base import Framer, Item, StreamDecoder
 from cuca.stages.sse import SseParser
 from cuca.types import TurnSummary
@@ -59,3 +59,15 @@ def decode_chunks(
     except catch as exc:
         return Decoded(items, exc, decoder.summary())
     return Decoded(items, None, decoder.summary())
+
+
+def error_frame(name: str) -> str:
+    """The data of the last event of transcript ``name`` that holds an error."""
+    events = SseParser().feed(transcript(name))
+    return [e.data for e in events if '"error"' in e.data or e.event == "error"][-1]
+
+
+def in_stream(name: str, status: int, message: str) -> HttpStatusError:
+    """The error cuca raises for transcript ``name``'s in-stream error: the kind of
+    ``status``, with the frame as its body (equality does not compare ``provider``)."""
+    return http_status_error(status, error_frame(name), message, provider=name.split("/")[0])
