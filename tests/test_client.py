@@ -16,6 +16,7 @@ from cuca import (
     DeadlineExceeded,
     HttpStatusError,
     PluginError,
+    ProviderEndpoint,
     ProviderError,
     RateLimitError,
     ReadTimeout,
@@ -25,6 +26,7 @@ from cuca import (
     Text,
     TransportError,
     UnifiedRequest,
+    merge_blocks,
 )
 from cuca.testing import Reply, open_replay_server
 
@@ -208,6 +210,20 @@ async def test_client_generate_collects_and_merges() -> None:
     assert done.blocks == (Text("Hello"),)
     assert done.errors == ()
     assert done.response.usage is not None
+
+
+def test_merge_blocks_keeps_signed_text_apart() -> None:
+    """A signed Text (Gemini's thoughtSignature on a text part) is replayed with its
+    signature: the unsigned text after it is another block, never fused into it (the
+    merged block would be unsigned, or sign text the signature never covered)."""
+    signed = Text("a", signature="s", provider=ProviderEndpoint.GOOGLE_GEMINI)
+    assert merge_blocks([signed, Text("b")]) == (signed, Text("b"))
+    assert merge_blocks([Text("x"), signed, Text("b"), Text("c")]) == (
+        Text("xa", signature="s", provider=ProviderEndpoint.GOOGLE_GEMINI),
+        Text("bc"),
+    )
+    second = Text("d", signature="t", provider=ProviderEndpoint.GOOGLE_GEMINI)
+    assert merge_blocks([signed, second]) == (signed, second)
 
 
 async def test_client_generate_stream_with_response() -> None:

@@ -589,3 +589,25 @@ async def test_gemini_over_http_cut_stream_is_a_transport_error() -> None:
             with pytest.raises(TransportError):
                 await client.generate(REQUEST)
 
+
+SIGNED_THEN_UNSIGNED = (
+    b'data: {"candidates":[{"content":{"parts":[{"text":"Signed ","thoughtSignature":"c2ln"}],'
+    b'"role":"model"},"index":0}]}\r\n\r\n'
+    b'data: {"candidates":[{"content":{"parts":[{"text":"then plain."}],"role":"model"},'
+    b'"finishReason":"STOP","index":0}]}\r\n\r\n'
+)
+
+
+async def test_gemini_signed_text_stays_apart_once_collected() -> None:
+    """Decode, then collect (``generate`` merges the deltas): the signed text part keeps
+    its signature, and the unsigned text after it is a block of its own, so the
+    assistant message replays the signature on the text it signed."""
+    async with open_replay_server(Reply(SIGNED_THEN_UNSIGNED)) as server:
+        async with CucaClient(GEMINI, base_url=server.url, api_key="k") as client:
+            done = await client.generate(REQUEST)
+    assert done.blocks == (
+        Text("Signed ", signature="c2ln", provider=GEMINI),
+        Text("then plain."),
+    )
+    sent = body(REQUEST.add_message(done.message))["contents"][-1]["parts"]
+    assert sent == [{"text": "Signed ", "thoughtSignature": "c2ln"}, {"text": "then plain."}]

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import email.utils
+import functools
 
 import pytest
 import trio
 from support.fake_adapter import FAKE, frames
 
-from cuca import CucaClient, HttpStatusError, RetryPolicy, Text, TransportError, UnifiedRequest
+from cuca import (
+    CucaClient,
+    HttpStatusError,
+    ReadTimeout,
+    RetryPolicy,
+    Text,
+    Timeouts,
+    TransportError,
+    UnifiedRequest,
+)
 from cuca.retry import parse_retry_after
 from cuca.testing import Reply, open_replay_server
 
@@ -111,3 +121,47 @@ async def test_retry_never_once_the_body_has_started() -> None:
                         items.append(item)
     assert items == [Text("a")]
     assert len(server.requests) == 1
+
+
+async def _read_request(stream: trio.SocketStream) -> bytes:
+    """One whole HTTP/1.1 request (head and Content-Length body) from ``stream``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += await stream.receive_some(65536)
+    return head
+
+
+@pytest.mark.parametrize("then", ["disconnect", "stall"])
+async def test_retry_never_once_the_request_may_have_reached_the_server(then: str) -> None:
+    """A server that reads the whole request, then drops the connection or stalls before
+    the status line, may be answering (and billing) the turn: the user gets one typed
+    error, and the server sees exactly one request, retries or not."""
+    received: list[bytes] = []
+
+    async def handler(stream: trio.SocketStream) -> None:
+        received.append(await _read_request(stream))
+        if then == "stall":
+            await trio.sleep_forever()
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1")
+        (listener,) = await nursery.start(serve)
+        port = listener.socket.getsockname()[1]
+        policy = RetryPolicy(max_retries=3, initial_delay=0.0)
+        timeouts = Timeouts(read=0.5)
+        url = f"http://127.0.0.1:{port}"
+        async with CucaClient(FAKE, base_url=url, retry=policy, timeout=timeouts) as client:
+            with pytest.raises(TransportError) as info:
+                await client.generate(REQUEST)
+        nursery.cancel_scope.cancel()
+    assert type(info.value) is (ReadTimeout if then == "stall" else TransportError)
+    assert len(received) == 1
