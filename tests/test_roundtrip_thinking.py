@@ -9,6 +9,7 @@ request the server received.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,19 +18,24 @@ from support.transcripts import transcript
 from cuca import (
     Completion,
     CucaClient,
+    MessageRole,
     ProviderEndpoint,
+    StreamIncomplete,
     Text,
     Thinking,
     ThinkingEffort,
     ToolCall,
+    UnifiedMessage,
     UnifiedRequest,
+    merge_blocks,
 )
-from cuca.testing import Reply, open_replay_server
+from cuca.testing import RecordedRequest, Reply, open_replay_server
 
 ANTHROPIC = ProviderEndpoint.ANTHROPIC
 DEEPSEEK = ProviderEndpoint.DEEPSEEK
 GEMINI = ProviderEndpoint.GOOGLE_GEMINI
 QUESTION = "Weather in Paris and Tokyo?"
+JSON = [("content-type", "application/json")]
 
 
 async def round_trip(
@@ -271,3 +277,89 @@ async def test_roundtrip_anthropic_turn_continued_on_gemini_drops_foreign_proofs
     ]
     assert [p["functionResponse"]["name"] for p in answers["parts"]] == ["get_weather"] * 2
     assert isinstance(done.blocks[1], Text)
+
+
+def anthropic_rule(request: RecordedRequest) -> Reply:
+    """Anthropic's rule, as a recording server applies it: a replayed ``thinking``
+    block without its signature is refused with a 400 (``...thinking.signature: Field
+    required``); every other request gets a plain answer."""
+    for message in request.json()["messages"]:
+        for block in message["content"] if isinstance(message["content"], list) else ():
+            if block.get("type") == "thinking" and not block.get("signature"):
+                error = {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": "messages.1.content.0.thinking.signature: Field required",
+                    },
+                }
+                return Reply(json.dumps(error).encode(), status=400, headers=JSON)
+    return Reply(transcript("anthropic/text"))
+
+
+async def cut_turn(client: CucaClient, request: UnifiedRequest) -> list[Any]:
+    """The items of a turn whose stream drops mid-reasoning, the error excluded."""
+    items: list[Any] = []
+    with pytest.raises(StreamIncomplete):
+        async with client.generate_stream(request) as stream:
+            async for item in stream:
+                items.append(item)
+    return items
+
+
+async def test_roundtrip_anthropic_thinking_cut_before_its_signature_is_not_replayed() -> None:
+    """A stream dropped mid-thinking: the reasoning received is kept for the user to see,
+    but the unsigned block is not sent back (Anthropic refuses unsigned thinking), so
+    the next request is accepted."""
+    body = transcript("anthropic/thinking")
+    cut = body.index(b"signature_delta")  # inside the thinking block, before its signature
+    request = UnifiedRequest.new("claude-sonnet-4-5").add_user_message("Why is the sky blue?")
+    first = Reply(body, cut_after=cut)
+
+    def answer(sent: RecordedRequest) -> Reply:
+        return first if len(sent.json()["messages"]) == 1 else anthropic_rule(sent)
+
+    async with open_replay_server(answer) as server:
+        async with CucaClient(ANTHROPIC, base_url=server.url, api_key="test-key") as client:
+            items = await cut_turn(client, request)
+            message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(items))
+            follow_up = request.add_message(message).add_user_message("Go on.")
+            done = await client.generate(follow_up)
+        sent = server.requests[1].json()
+    assert message.content == (
+        Thinking(
+            "Simple educational question about why the sky is blue.", provider=ANTHROPIC
+        ),
+    )
+    assert done.text == "Hello, wörld! ☀"
+    assert "thinking" not in json.dumps(sent["messages"])
+
+
+async def test_roundtrip_gemini_thinking_cut_before_its_signature_goes_back_unsigned() -> None:
+    """The same drop on Gemini: the thoughts received go back as thought parts without
+    a ``thoughtSignature`` (none arrived; none is made up or moved onto them)."""
+    body = transcript("gemini/thoughts_parallel_calls")
+    cut = body.index(b'"functionCall"')  # after both thoughts, before the signed call
+    request = UnifiedRequest.new("gemini-3-pro-preview").add_user_message(QUESTION)
+    replies = [Reply(body, cut_after=cut), Reply(transcript("gemini/text_signature"))]
+    async with open_replay_server(replies) as server:
+        async with CucaClient(GEMINI, base_url=server.url, api_key="test-key") as client:
+            items = await cut_turn(client, request)
+            message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(items))
+            await client.generate(request.add_message(message).add_user_message("Go on."))
+        sent = server.requests[1].json()
+    assert message.content == (
+        Thinking(
+            "The user wants the weather in two cities, so I call weather twice.", provider=GEMINI
+        ),
+    )
+    model_turn = sent["contents"][1]
+    assert model_turn == {
+        "role": "model",
+        "parts": [
+            {
+                "text": "The user wants the weather in two cities, so I call weather twice.",
+                "thought": True,
+            }
+        ],
+    }
