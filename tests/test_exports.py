@@ -196,7 +196,8 @@ def test_exports_stages() -> None:
 def test_exports_mcp() -> None:
     import cuca.mcp
 
-    assert public(cuca.mcp) == {"McpServer", "content", "server", "stderr"}
+    modules = {"connection", "content", "server", "stderr"}
+    assert public(cuca.mcp) - modules == {"McpServer"} == set(cuca.mcp.__all__)
 
 
 def test_exports_testing() -> None:

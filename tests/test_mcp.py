@@ -21,6 +21,7 @@ from support.mcp_servers import (
     TIME_SERVER,
     answer_reply,
     calls_reply,
+    http_server_process,
     ours,
     tool_messages,
 )
@@ -198,6 +199,43 @@ async def test_mcp_server_killed_mid_call_is_an_error_result_then_mcp_error() ->
         assert "cuca-test MCP server starting" in caught.value.stderr
         with pytest.raises(McpError):
             await tools[0].call({"text": "anyone?"})
+
+
+async def test_mcp_http_server_gone_between_calls_is_an_error_result_not_a_crash() -> None:
+    async with http_server_process() as (url, process), McpServer.http(url) as server:
+        tools = await server.tools()
+        process.kill()
+        await process.wait()
+        items, requests = await loop([calls_reply(("echo", {"text": "hi"})), answer_reply()], tools)
+        result = results(items)["call_0"]
+        assert result.is_error and "the session has ended" in result.output
+        assert len(requests) == 2  # the loop went on: the model read the error
+        with pytest.raises(McpError, match="the session has ended"):
+            await server.tools()
+
+
+async def test_mcp_http_server_unreachable_is_an_mcp_error() -> None:
+    with pytest.raises(McpError) as caught:
+        async with McpServer.http("http://127.0.0.1:9/mcp"):
+            pass
+    assert str(caught.value).startswith(
+        "mcp error (http://127.0.0.1:9/mcp): cannot connect: ConnectError"
+    )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_mcp_dropped_loop_cancels_the_call_at_the_server(transport: str) -> None:
+    async with ours(transport) as server:
+        tools = {tool.name: tool for tool in await server.tools()}
+        async with open_replay_server(calls_reply(("slow", {}))) as replay:
+            async with CucaClient(ProviderEndpoint.OPENAI, base_url=replay.url, api_key="k") as c:
+                with trio.move_on_after(0.5):
+                    async with c.run_tools(REQUEST, list(tools.values())) as stream:
+                        async for _ in stream:
+                            pass
+        with trio.fail_after(10):
+            while await tools["cancellations"].call({}) != "1":
+                await trio.sleep(0.01)
 
 
 async def test_mcp_leaving_the_block_stops_the_process() -> None:

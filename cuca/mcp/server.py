@@ -1,31 +1,28 @@
 """A session with one MCP server, whose tools become :class:`cuca.Tool` objects.
 
 The protocol is the official SDK's (``mcp``: its transports, ``ClientSession`` and
-types); this module opens a session in the caller's task, turns start failures into
-:class:`~cuca.McpError`, lists tools (following pagination, kept until the server says
-the list changed) and maps each call's result to the text the model reads.
+types); this module opens a session in the caller's task (the SDK's tasks in a nursery
+there, :mod:`cuca.mcp.connection`), lists tools (following pagination, kept until the
+server says the list changed) and maps each call's result to the text the model reads.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import mcp_types as types
 import trio
-from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
-from mcp.client.session import IncomingMessage
+from mcp import MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from cuca._nursery import background_nursery
 from cuca.errors import McpError
 from cuca.tools import Tool, ToolFailed
 
+from .connection import Connection
 from .content import result_text
 from .stderr import StderrTail
 
@@ -33,9 +30,6 @@ __all__ = ["McpServer"]
 
 CONNECT_TIMEOUT = 30.0
 """Seconds a server has to answer ``initialize`` (a first ``uvx`` run downloads first)."""
-
-_LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
-"""What the SDK's streams raise once the other side is gone."""
 
 
 class McpServer:
@@ -47,22 +41,13 @@ class McpServer:
     connection was cut) every use raises :class:`~cuca.McpError`.
     """
 
-    def __init__(
-        self,
-        label: str,
-        session: ClientSession,
-        handshake: types.InitializeResult,
-        stderr: StderrTail | None,
-        listing: _Listing,
-    ) -> None:
-        self.label = label
-        self.name = handshake.server_info.name
-        self.version = handshake.server_info.version
-        self.protocol_version = handshake.protocol_version
-        self._session = session
-        self._stderr = stderr
-        self._listing = listing
-        self._ended: str | None = None
+    def __init__(self, connection: Connection) -> None:
+        assert connection.handshake is not None
+        self.label = connection.label
+        self.name = connection.handshake.server_info.name
+        self.version = connection.handshake.server_info.version
+        self.protocol_version = connection.handshake.protocol_version
+        self._connection = connection
 
     @classmethod
     def stdio(
@@ -82,7 +67,8 @@ class McpServer:
             command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
         )
         label = " ".join([command, *args])
-        return _open_stdio(cls, label, parameters, connect_timeout)
+        stderr = StderrTail()
+        return _open(cls, label, _spawn(label, parameters, stderr), connect_timeout, stderr)
 
     @classmethod
     def http(
@@ -95,31 +81,26 @@ class McpServer:
         """Talk to the server at ``url`` over streamable HTTP, sending ``headers`` (an
         ``Authorization`` header, say) with every request. Leaving the block ends the
         session (the server is told with a ``DELETE``)."""
-        return _open_http(cls, url, dict(headers or {}), connect_timeout)
+        return _open(cls, url, _http(url, dict(headers or {})), connect_timeout, None)
 
     async def tools(self, prefix: str | None = None) -> list[Tool]:
         """The server's tools as :class:`cuca.Tool` objects, named ``prefix_name`` with a
         ``prefix``. The list is asked once (every page of it) and kept until the server
         sends ``notifications/tools/list_changed``; the next call then asks again."""
-        self._check_usable()
-        listed = self._listing.tools
+        self._connection.check()
+        listed = self._connection.listed
         if listed is None:
-            listed = self._listing.tools = await self._list()
+            listed = self._connection.listed = await self._list()
         return [self._tool(tool, prefix) for tool in listed]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Call the server's tool ``name`` and return its result as text. A result with
         ``isError`` (or an error answer) raises :class:`~cuca.tools.ToolFailed` with
         that text; a session that has ended raises :class:`~cuca.McpError`."""
-        self._check_usable()
         try:
-            result = await self._session.call_tool(name, dict(arguments))
+            result = await self._connection.request(lambda s: s.call_tool(name, dict(arguments)))
         except MCPError as exc:
-            self._raise_lost(exc)
             raise ToolFailed(f"error from the server: {exc.message}") from None
-        except _LOST as exc:
-            self._raise_lost(exc)
-            raise
         if not isinstance(result, types.CallToolResult):
             raise ToolFailed(f"the server answered with a {type(result).__name__}")
         if result.is_error:
@@ -127,10 +108,10 @@ class McpServer:
         return result_text(result)
 
     def _tool(self, listed: types.Tool, prefix: str | None) -> Tool:
-        call = functools.partial(self.call_tool, listed.name)
+        remote = listed.name
 
         async def function(**arguments: Any) -> str:
-            return await call(arguments)
+            return await self.call_tool(remote, arguments)
 
         schema = listed.input_schema or {"type": "object"}
         name = f"{prefix}_{listed.name}" if prefix else listed.name
@@ -144,7 +125,7 @@ class McpServer:
         try:
             while True:
                 params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-                page = await self._session.list_tools(params=params)
+                page = await self._connection.request(lambda s: s.list_tools(params=params))  # noqa: B023
                 listed += page.tools
                 cursor = page.next_cursor
                 if not cursor:
@@ -153,64 +134,50 @@ class McpServer:
                     raise McpError(self.label, f"tools/list repeats the cursor {cursor!r}")
                 seen.add(cursor)
         except MCPError as exc:
-            self._raise_lost(exc)
             raise McpError(self.label, f"tools/list failed: {exc.message}") from None
-        except _LOST as exc:
-            self._raise_lost(exc)
-            raise
-
-    def _check_usable(self) -> None:
-        if self._ended is not None:
-            raise McpError(self.label, self._ended, self._stderr_lines())
-
-    def _raise_lost(self, exc: BaseException) -> None:
-        """Raise :class:`McpError` (and keep the session ended) if ``exc`` says the
-        connection is gone; return for any other error."""
-        if isinstance(exc, MCPError) and exc.code != types.CONNECTION_CLOSED:
-            return
-        self._ended = "the session has ended: the server closed the connection"
-        raise McpError(self.label, self._ended, self._stderr_lines()) from None
-
-    def _stderr_lines(self) -> tuple[str, ...]:
-        return self._stderr.lines() if self._stderr is not None else ()
-
-
-class _Listing:
-    """The server's tool list as last asked, forgotten when the server says it changed."""
-
-    def __init__(self) -> None:
-        self.tools: list[types.Tool] | None = None
-
-    async def on_message(self, message: IncomingMessage) -> None:
-        """The SDK's message handler (it gets every notification the server sends)."""
-        if isinstance(message, types.ToolListChangedNotification):
-            self.tools = None
 
 
 @asynccontextmanager
-async def _open_stdio(
-    cls: type[McpServer], label: str, parameters: StdioServerParameters, timeout: float
+async def _open(
+    cls: type[McpServer],
+    label: str,
+    transport: AbstractAsyncContextManager[Any],
+    timeout: float,
+    stderr: StderrTail | None,
 ) -> AsyncIterator[McpServer]:
-    stderr = StderrTail()
-    async with background_nursery() as nursery:
-        nursery.start_soon(stderr.read)
-        transport = _spawn(label, parameters, stderr)
-        async with _session(cls, label, transport, timeout, stderr) as server:
-            yield server
+    """Run the connection in a nursery of the caller's task and yield the server once it
+    answered ``initialize``. What the block raises comes out as it was (not in a group);
+    leaving the block closes the session and waits for the transport to stop."""
+    connection = Connection(label, stderr)
+    error: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        try:
+            if stderr is not None:
+                nursery.start_soon(stderr.read)
+            await nursery.start(connection.run, transport, timeout)
+            yield cls(connection)
+        except BaseException as exc:  # re-raised below, outside the nursery
+            error = exc
+        finally:
+            connection.close()
+            if error is not None and stderr is not None:
+                stderr.stop()  # a start failure: the reader may still wait for a grandchild
+    if error is not None:
+        raise error
 
 
 @asynccontextmanager
 async def _spawn(
     label: str, parameters: StdioServerParameters, stderr: StderrTail
 ) -> AsyncIterator[Any]:
-    """The SDK's stdio transport, its start failure made an :class:`McpError`."""
+    """The SDK's stdio transport, a command that cannot start made an :class:`McpError`."""
+    transport = stdio_client(parameters, errlog=stderr.child_end)
     try:
-        transport = stdio_client(parameters, errlog=stderr.child_end)
         streams = await transport.__aenter__()
     except OSError as exc:
         raise McpError(label, f"cannot start the command: {exc.strerror or exc}") from None
     finally:
-        stderr.spawned()
+        stderr.spawned()  # the child holds its end now (or there is no child)
     try:
         yield streams
     except BaseException as exc:
@@ -221,57 +188,9 @@ async def _spawn(
 
 
 @asynccontextmanager
-async def _open_http(
-    cls: type[McpServer], url: str, headers: dict[str, str], timeout: float
-) -> AsyncIterator[McpServer]:
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
-    async with http:
-        transport = streamable_http_client(url, http_client=http)
-        async with _session(cls, url, transport, timeout, None) as server:
-            yield server
-
-
-@asynccontextmanager
-async def _session(
-    cls: type[McpServer],
-    label: str,
-    transport: AbstractAsyncContextManager[Any],
-    timeout: float,
-    stderr: StderrTail | None,
-) -> AsyncIterator[McpServer]:
-    """Open the transport and the SDK's session, shake hands within ``timeout``, and
-    yield the server. What the block raises comes out as it was (not in a group)."""
-    error: BaseException | None = None
-    listing = _Listing()
-    async with AsyncExitStack() as stack:
-        read, write = await stack.enter_async_context(transport)
-        session = ClientSession(read, write, message_handler=listing.on_message)
-        await stack.enter_async_context(session)
-        try:
-            handshake = await _handshake(label, session, timeout, stderr)
-            yield cls(label, session, handshake, stderr, listing)
-        except BaseException as exc:  # re-raised below, once the session is closed
-            error = exc
-    if error is not None:
-        raise error
-
-
-async def _handshake(
-    label: str, session: ClientSession, timeout: float, stderr: StderrTail | None
-) -> types.InitializeResult:
-    """``initialize``, or an :class:`McpError` saying why it did not answer."""
-    what: str
-    with trio.move_on_after(timeout):
-        try:
-            return await session.initialize()
-        except MCPError as exc:
-            what = f"initialize failed: {exc.message}"
-        except (*_LOST, RuntimeError) as exc:
-            what = f"initialize failed: {exc}"
-        if stderr is not None:
-            with trio.move_on_after(0.5):  # the exit's last words may still be in the pipe
-                await stderr.closed.wait()
-        lines = stderr.lines() if stderr is not None else ()
-        raise McpError(label, what, lines)
-    lines = stderr.lines() if stderr is not None else ()
-    raise McpError(label, f"no answer to initialize within {timeout:g} s", lines)
+async def _http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport on an HTTP client sending ``headers``."""
+    timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults: a call may run long
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams

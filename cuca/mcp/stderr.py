@@ -24,6 +24,7 @@ class StderrTail:
         self._stream = trio.lowlevel.FdStream(read_fd)
         self._lines: collections.deque[str] = collections.deque(maxlen=keep)
         self._partial = b""
+        self._scope = trio.CancelScope()
         self.closed = trio.Event()
 
     def spawned(self) -> None:
@@ -32,13 +33,20 @@ class StderrTail:
         self.child_end.close()
 
     async def read(self) -> None:
-        """Read until the child (and whatever inherited its stderr) closes it."""
-        async with self._stream:
-            while chunk := await self._stream.receive_some(4096):
-                *lines, self._partial = (self._partial + chunk).split(b"\n")
-                self._lines.extend(_decode(line) for line in lines if line.strip())
-                self._partial = self._partial[-4096:]
+        """Read until the child (and whatever inherited its stderr) closes it, or until
+        shortly after :meth:`stop`."""
+        with self._scope:
+            async with self._stream:
+                while chunk := await self._stream.receive_some(4096):
+                    *lines, self._partial = (self._partial + chunk).split(b"\n")
+                    self._lines.extend(_decode(line) for line in lines if line.strip())
+                    self._partial = self._partial[-4096:]
         self.closed.set()
+
+    def stop(self) -> None:
+        """The child has been stopped: read what is left for a moment, then stop (a
+        grandchild may hold the pipe open)."""
+        self._scope.deadline = min(self._scope.deadline, trio.current_time() + 0.5)
 
     def lines(self) -> tuple[str, ...]:
         """The last lines read, the unfinished one included."""

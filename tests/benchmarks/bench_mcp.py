@@ -3,8 +3,8 @@ MCP tool against one with a plain Python tool.
 
 Run ``python tests/benchmarks/bench_mcp.py [--calls N] [--steps N]``: one command, one
 run. Our test server (``tests/support/mcp_server.py``, the SDK's server side) runs over
-stdio; every figure is wall time on one session, the runs taken in turns, best of
-``REPEATS``:
+stdio; every figure is wall time on one session, the runs taken in turns (alternating which
+goes first), best of ``REPEATS``:
 
 - one call: ``await tool.call(arguments)`` on the ``cuca.Tool`` that ``server.tools()``
   gives (what ``run_tools`` awaits for each call: the SDK call, the result mapped to
@@ -45,10 +45,11 @@ def echo(text: str) -> str:
 
 
 async def best(runs: list[tuple[str, Callable[[], Awaitable[None]]]]) -> dict[str, float]:
-    """The best wall time of each run over ``REPEATS`` rounds, taken in turns."""
+    """The best wall time of each run over ``REPEATS`` rounds, taken in turns (the
+    order reversed every other round, so that neither always runs first)."""
     times: dict[str, list[float]] = {name: [] for name, _ in runs}
-    for _ in range(REPEATS):
-        for name, run in runs:
+    for round_number in range(REPEATS):
+        for name, run in runs if round_number % 2 else runs[::-1]:
             start = time.perf_counter()
             await run()
             times[name].append(time.perf_counter() - start)
@@ -65,7 +66,8 @@ async def main(calls: int, steps: int) -> None:
     async with McpServer.stdio(sys.executable, [SCRIPT]) as server:
         tools = {tool.name: tool for tool in await server.tools()}
         mcp_echo = tools["echo"]
-        session = server._session  # the SDK's own session, for the direct call
+        session = server._connection._session  # the SDK's own session, for the direct call
+        assert session is not None
 
         async def sdk_calls() -> None:
             for _ in range(calls):

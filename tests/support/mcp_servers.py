@@ -25,6 +25,13 @@ TIME_SERVER = (sys.executable, ["-m", "mcp_server_time"])
 @asynccontextmanager
 async def http_server(*args: str) -> AsyncIterator[str]:
     """Our server on a free loopback port, as a child process: yields its URL."""
+    async with http_server_process(*args) as (url, _):
+        yield url
+
+
+@asynccontextmanager
+async def http_server_process(*args: str) -> AsyncIterator[tuple[str, trio.Process]]:
+    """Our server over HTTP: yields its URL and its process."""
     command = [sys.executable, SCRIPT, "--http", *args]
     async with trio.open_nursery() as nursery:
         run = partial(trio.run_process, command, stdout=subprocess.PIPE, check=False)
@@ -35,7 +42,7 @@ async def http_server(*args: str) -> AsyncIterator[str]:
             while not line.endswith(b"\n"):
                 line += await process.stdout.receive_some(64)
         try:
-            yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
+            yield f"http://127.0.0.1:{int(line.split()[1])}/mcp", process
         finally:
             nursery.cancel_scope.cancel()
 
