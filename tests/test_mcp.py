@@ -18,6 +18,7 @@ import mcp_types as types
 import pytest
 import trio
 from support.mcp_servers import (
+    SCRIPT,
     TIME_SERVER,
     answer_reply,
     calls_reply,
@@ -82,7 +83,7 @@ async def test_mcp_server_handshake_and_paginated_tools(transport: str) -> None:
         assert server.protocol_version
         tools = await server.tools()
     names = [tool.name for tool in tools]
-    assert names[:3] == ["echo", "get_weather", "add"] and len(names) == 10  # 4 pages
+    assert names[:3] == ["echo", "get_weather", "add"] and len(names) == 12  # 4 pages
     echo = tools[0]
     assert echo.description == "Say the text back."
     assert echo.schema["properties"] == {"text": {"type": "string"}}
@@ -212,6 +213,19 @@ async def test_mcp_http_server_gone_between_calls_is_an_error_result_not_a_crash
         assert len(requests) == 2  # the loop went on: the model read the error
         with pytest.raises(McpError, match="the session has ended"):
             await server.tools()
+
+
+async def test_mcp_stdio_env_and_cwd_reach_the_child(tmp_path: Any) -> None:
+    env = {"CUCA_TEST": "from-env"}
+    async with McpServer.stdio(sys.executable, [SCRIPT], env=env, cwd=tmp_path) as server:
+        assert await server.call_tool("where", {}) == f"from-env {tmp_path}"
+
+
+async def test_mcp_http_headers_go_with_every_request() -> None:
+    async with http_server_process() as (url, _), McpServer.http(
+        url, headers={"X-Cuca-Test": "token-1"}
+    ) as server:
+        assert await server.call_tool("header", {}) == "token-1"
 
 
 async def test_mcp_http_server_unreachable_is_an_mcp_error() -> None:

@@ -8,7 +8,9 @@ Its tools: ``echo(text)``, ``get_weather(city)``, ``add(a, b)`` (structured cont
 only), ``picture()`` (an image), ``fail(reason)`` (an ``isError`` result), ``slow()``
 (sleeps until cancelled, and counts the cancellations), ``cancellations()``,
 ``grow()`` (adds a tool ``extra``, then sends ``notifications/tools/list_changed``),
-``die()`` (the process kills itself mid-call), ``pid()``.
+``die()`` (the process kills itself mid-call), ``pid()``, ``header()``
+(the request's ``X-Cuca-Test`` header, over HTTP), ``where()`` (``$CUCA_TEST`` and
+the working directory).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ TOOLS = [
     _tool("grow", "Add the tool extra."),
     _tool("die", "Kill the server."),
     _tool("pid", "The server's process id."),
+    _tool("header", "The X-Cuca-Test header of the HTTP request (HTTP only)."),
+    _tool("where", "The CUCA_TEST variable and the working directory."),
 ]
 EXTRA = _tool("extra", "Added by grow.")
 
@@ -111,6 +115,10 @@ def build(state: State) -> Server[Any]:
             return text("grown")
         if name == "extra":
             return text("extra")
+        if name == "header":
+            return text(ctx.request.headers.get("x-cuca-test", "absent"))
+        if name == "where":
+            return text(f"{os.environ.get('CUCA_TEST', 'unset')} {os.getcwd()}")
         if name == "pid":
             return text(str(os.getpid()))
         if name == "die":
