@@ -129,3 +129,18 @@ def test_budget_refuses_bad_settings() -> None:
         Budget()
     with pytest.raises(ConfigurationError, match="on_unpriced"):
         Budget(usd=1, on_unpriced="maybe")  # type: ignore[arg-type]
+
+
+async def test_budget_count_tokens_false_uses_the_text_estimate() -> None:
+    from cuca.admission import estimate_tokens
+
+    budget = Budget(tokens=10**6, count_tokens=False)
+    counted: list[int] = []
+
+    async def count(request: UnifiedRequest) -> int:
+        counted.append(1)
+        return 999
+
+    reservation = await budget.admit(REQUEST, count)
+    assert counted == []
+    assert reservation.amounts["tokens"] == estimate_tokens(REQUEST) + 64

@@ -53,7 +53,8 @@ class Budget(CucaPlugin):
     - ``usd``: dollars; a turn's projection is its prompt tokens as the client counts
       them (``count_tokens``; the text length / 4 where it cannot) plus
       ``max_tokens`` (or :data:`DEFAULT_MAX_TOKENS`) at the model's prices
-      (genai-prices), and its charge the exact cost of its usage;
+      (genai-prices), and its charge the exact cost of its usage
+      (``count_tokens=False``: the text-length estimate, without a counting request);
     - ``tokens``: prompt plus completion tokens, projected the same way;
     - ``window``: seconds after which spending starts again from 0 (fixed windows
       aligned on the epoch); ``None``: for ever;
@@ -81,6 +82,7 @@ class Budget(CucaPlugin):
         on_warn: Callable[[BudgetWarning], None] | None = None,
         on_unpriced: Literal["allow", "refuse"] | None = None,
         key: str = "cuca:budget",
+        count_tokens: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if usd is None and tokens is None:
@@ -102,6 +104,7 @@ class Budget(CucaPlugin):
         self.on_warn = on_warn
         self.on_unpriced = on_unpriced or ("refuse" if usd is not None else "allow")
         self.key = key
+        self.count_tokens = count_tokens
         self.clock = clock
 
     def __repr__(self) -> str:
@@ -137,7 +140,8 @@ class Budget(CucaPlugin):
     async def admit(self, request: UnifiedRequest, count: Counter = estimated) -> _Reservation:
         """Reserve the turn's projection (its prompt counted by ``count``), or raise
         :class:`BudgetExceeded`."""
-        projection = self.project(request, await count(request))
+        prompt = await count(request) if self.count_tokens else estimate_tokens(request)
+        projection = self.project(request, prompt)
         if self.usd is not None and projection.usd is None and self.on_unpriced == "refuse":
             spent = (await self.spent()).get("usd", 0.0)
             raise BudgetExceeded(

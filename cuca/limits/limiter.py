@@ -44,7 +44,8 @@ class RateLimiter:
       may go at once, 1 by default);
     - ``input_tokens_per_minute``: each turn is charged its prompt tokens as the client
       counts them (``count_tokens``; the text length / 4 where it cannot) when
-      admitted, corrected by its exact usage when it ends;
+      admitted, corrected by its exact usage when it ends (``count_tokens=False``: the
+      text-length estimate, without the counting request some backends need);
     - ``output_tokens_per_minute``: charged the exact completion tokens when a turn
       ends; a turn waits while the last ones' output has not drained;
     - ``max_concurrent``: turns in flight at once (a slot is held until the turn ends);
@@ -72,6 +73,7 @@ class RateLimiter:
         burst: int = 1,
         key: str = "cuca:ratelimit",
         fail_open: bool = False,
+        count_tokens: bool = True,
         lease_ttl: float = 600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -96,6 +98,7 @@ class RateLimiter:
         self.store: Store = store if store is not None else MemoryStore()
         self.key = key
         self.fail_open = fail_open
+        self.count_tokens = count_tokens
         self.lease_ttl = lease_ttl
         self.clock = clock
         self._waiting = 0
@@ -120,6 +123,8 @@ class RateLimiter:
         """Wait until ``request`` may go out, and return its permit; raises
         :class:`RateLimitExceeded` rather than wait past ``max_waiters``/``max_wait``.
         ``count`` counts its prompt tokens (only with ``input_tokens_per_minute``)."""
+        if not self.count_tokens:
+            count = estimated
         estimate = await count(request) if self.input is not None else 0
         try:
             if self.max_concurrent is not None:
