@@ -3,11 +3,14 @@ turn's permit comes back however the turn ends (over loopback)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 from support.transcripts import transcript
 from trio.testing import MockClock
 
@@ -331,3 +334,22 @@ async def test_rate_limiter_counts_input_with_the_clients_count_tokens() -> None
             exact = await c.count_tokens(REQUEST)
     assert counted == [exact.tokens]
     assert exact.method.startswith("tiktoken") and exact.tokens != estimate_tokens(REQUEST)
+
+
+@given(
+    gaps=st.lists(st.floats(min_value=0, max_value=3), min_size=1, max_size=40),
+    rpm=st.sampled_from([30, 60, 120, 600]),
+)
+def test_window_slots_never_closer_than_the_interval(gaps: list[float], rpm: int) -> None:
+    """Whatever the arrival times, turns reserved one by one go at least 60/rpm apart
+    (burst 1), and none waits longer than the queue ahead of it needs."""
+    bucket = window.Bucket("requests_per_minute", rpm, 1)
+    state: Any = None
+    now, slots = 1000.0, []
+    for gap in gaps:
+        now += gap
+        state, reservation = window.reserve(state, now, {bucket: 1}, None)
+        slots.append(now + reservation.wait)
+    for earlier, later in itertools.pairwise(slots):
+        assert later - earlier >= bucket.interval - 1e-9
+    assert slots[0] == 1000.0 + gaps[0]  # the first never waits
