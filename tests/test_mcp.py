@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from datetime import datetime
 from typing import Any
@@ -38,6 +39,7 @@ from cuca import (
 )
 from cuca.mcp import McpServer
 from cuca.mcp.content import result_text
+from cuca.mcp.server import model_name
 from cuca.testing import Reply, open_replay_server
 
 REQUEST = UnifiedRequest.new("gpt-4o").add_user_message("Use the tools.")
@@ -95,6 +97,19 @@ async def test_mcp_tools_prefix_keeps_the_servers_name_for_the_call() -> None:
         assert tools[0].name == "ours_echo"
         items, _ = await loop([calls_reply(("ours_echo", {"text": "hi"})), answer_reply()], tools)
     assert results(items)["call_0"].output == "hi"
+
+
+def test_mcp_tool_names_become_names_every_vendor_accepts() -> None:
+    assert model_name("git.status/v2") == "git_status_v2"
+    assert model_name("ok-name_1") == "ok-name_1"
+    assert model_name("x" * 80) == "x" * 64
+
+
+def test_mcp_without_the_sdk_says_which_extra_to_install() -> None:
+    code = "import sys; sys.modules['mcp'] = None; import cuca.mcp"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "ImportError: cuca.mcp needs the MCP SDK: pip install 'cuca[mcp]'" in result.stderr
 
 
 async def test_mcp_name_collision_is_a_configuration_error_before_any_request() -> None:

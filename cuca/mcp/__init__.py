@@ -5,6 +5,13 @@ Needs the ``mcp`` extra (``pip install 'cuca[mcp]'``, the official MCP SDK); ``i
 cuca`` does not load this package.
 """
 
+try:
+    import mcp as _mcp  # noqa: F401  (the SDK: checked first, to say what is missing)
+except ImportError as _missing:
+    raise ImportError(
+        f"cuca.mcp needs the MCP SDK: pip install 'cuca[mcp]' ({_missing})"
+    ) from _missing
+
 from .server import McpServer as McpServer
 
 __all__ = ["McpServer"]

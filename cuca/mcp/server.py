@@ -8,6 +8,7 @@ server says the list changed) and maps each call's result to the text the model 
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -114,7 +115,7 @@ class McpServer:
             return await self.call_tool(remote, arguments)
 
         schema = listed.input_schema or {"type": "object"}
-        name = f"{prefix}_{listed.name}" if prefix else listed.name
+        name = model_name(f"{prefix}_{listed.name}" if prefix else listed.name)
         return Tool(name, listed.description or listed.title or "", schema, function)
 
     async def _list(self) -> list[types.Tool]:
@@ -135,6 +136,16 @@ class McpServer:
                 seen.add(cursor)
         except MCPError as exc:
             raise McpError(self.label, f"tools/list failed: {exc.message}") from None
+
+
+def model_name(name: str) -> str:
+    """``name`` as every vendor accepts a tool's name: letters, digits, ``_`` and ``-``,
+    at most 64 of them (an MCP name may hold ``.`` or ``/``: ``git.status`` becomes
+    ``git_status``). The call still reaches the server under its own name."""
+    return _NOT_IN_NAMES.sub("_", name)[:64]
+
+
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @asynccontextmanager
