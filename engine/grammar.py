@@ -36,11 +36,13 @@ __all__ = ["MAX_ENUMERATED", "GrammarSampler", "bounded_number_rule", "gbnf_for"
 MAX_ENUMERATED = 2000
 """The widest integer range a grammar lists value by value."""
 
-_FRACTION = '("." [0-9]+)?'
+# at most 15 decimals (a double's precision): a model that keeps writing digits (Gemma 3
+# 270M wrote "1.000..." until max_tokens) must close the number
+_FRACTION = '("." [0-9]{1,15})?'
 # the converter's string character, and the one JSON allows (no raw control characters)
 _LOOSE_CHAR = 'char ::= [^"\\\\] |'
 _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
-_ZEROS = '("." "0"+)?'
+_ZEROS = '("." "0"{1,15})?'
 
 
 def gbnf_for(spec: OutputSchema | None) -> str | None:

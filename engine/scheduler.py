@@ -265,6 +265,12 @@ class Scheduler:
             backend.clear(seq)  # this memory cannot drop a partial range: start over
             slot.tokens.clear()
             turn.keep = 0
+        elif turn.keep and backend.cache_start(seq) > max(0, turn.keep - backend.n_swa):
+            # a sliding-window cache dropped positions the next token still attends to
+            # (never with llama.cpp's full-size window cache, which the engine asks for)
+            backend.clear(seq)
+            slot.tokens.clear()
+            turn.keep = 0
 
     def _ready(self, turn: Turn) -> bool:
         """Whether ``turn`` takes part in the next step: it prefills, or its consumer has

@@ -1,6 +1,6 @@
 """Many conversations on one local model: turns decode together in one llama.cpp batch,
 wait their turn in FIFO order beyond ``n_seq``, and each keeps its own exact output,
-usage and warm history (real SmolLM2-135M GGUF)."""
+usage and warm history (real SmolLM2-135M GGUF; the batching claims also on Gemma 3 270M)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,20 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from support.models import MODELS, load_model
 
 from cuca.client import CucaClient
-from cuca.engine import LocalModel, SamplingConfig, default_model_path
+from cuca.engine import LocalModel, SamplingConfig
 from cuca.types import ProviderEndpoint, Text, UnifiedRequest
 
 SEED = 4321
 ARCHIVE = "The archive keeps letters, ledgers and maps, each box labelled by year and town. " * 6
 
 
-def load(**kwargs: Any) -> LocalModel:
+def load(name: str = "smollm2", **kwargs: Any) -> LocalModel:
     options: dict[str, Any] = {"n_ctx": 1024, "sampling": SamplingConfig(seed=SEED)}
     options.update(kwargs)
-    return LocalModel.load(default_model_path(), **options)
+    return load_model(name, **options)
 
 
 @attrs.frozen
@@ -81,18 +82,30 @@ FOUR = [
 ]
 
 
+_ALONE: dict[str, list[Outcome]] = {}
+
+
+async def alone_on(name: str) -> list[Outcome]:
+    """Each of FOUR on a cold model ``name`` of its own, one at a time (once a session)."""
+    if name not in _ALONE:
+        outcomes = []
+        for request in FOUR:
+            with load(name, n_seq=1) as model:
+                outcomes.append(await run(model, request))
+        _ALONE[name] = outcomes
+    return _ALONE[name]
+
+
 @pytest.fixture(scope="module")
 def alone() -> list[Outcome]:
-    """Each of FOUR on a cold model of its own, one at a time."""
-    outcomes = []
-    for request in FOUR:
-        with load(n_seq=1) as model:
-            outcomes.append(trio.run(run, model, request))
-    return outcomes
+    """Each of FOUR on a cold SmolLM2 of its own, one at a time."""
+    return trio.run(alone_on, "smollm2")
 
 
-async def test_batch_four_concurrent_turns_equal_each_alone(alone: list[Outcome]) -> None:
-    with load(n_seq=4) as model:
+@pytest.mark.parametrize("name", MODELS)
+async def test_batch_four_concurrent_turns_equal_each_alone(name: str) -> None:
+    alone = await alone_on(name)
+    with load(name, n_seq=4) as model:
         together = await run_together(model, FOUR)
         assert model.peak_concurrency == 4  # the four advanced in the same steps
     for mine, theirs in zip(together, alone, strict=True):
@@ -201,8 +214,12 @@ async def test_batch_cancelling_a_waiting_turn_costs_nothing(alone: list[Outcome
         assert len(held) - len(prompt) in (alone[3].completion - 1, alone[3].completion)
 
 
-async def test_batch_dropping_one_turn_leaves_the_others_alone(alone: list[Outcome]) -> None:
-    with load(n_seq=3) as model:
+@pytest.mark.parametrize("name", MODELS)
+async def test_batch_dropping_one_turn_leaves_the_others_alone(name: str) -> None:
+    """A turn dropped mid-answer stops; the two beside it give their output alone, and
+    its sequence serves the next turn."""
+    alone = await alone_on(name)
+    with load(name, n_seq=3) as model:
         kept: list[Outcome | None] = [None, None]
 
         async def keep(slot: int, index: int) -> None:
@@ -222,7 +239,10 @@ async def test_batch_dropping_one_turn_leaves_the_others_alone(alone: list[Outco
             nursery.start_soon(drop)
             nursery.start_soon(keep, 1, 3)
         assert model.peak_concurrency == 3
-    assert kept == [alone[2], alone[3]]
+        assert kept == [alone[2], alone[3]]
+        again = await run_together(model, FOUR[:3])  # every sequence serves again
+    answers = [(o.text, o.completion, o.finish) for o in again]
+    assert answers == [(o.text, o.completion, o.finish) for o in alone[:3]]
 
 
 # -- a prefix cache per conversation ---------------------------------------------------
