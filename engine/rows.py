@@ -32,6 +32,7 @@ __all__ = [
     "keep_whole_runs",
     "key",
     "kinds_from_spans",
+    "message_spans",
     "token_of",
 ]
 
@@ -82,21 +83,65 @@ def keep_whole_runs(prompt: Sequence[int], keep: int) -> int:
     return keep
 
 
+def _locate(text: str, pieces: Iterable[str]) -> list[tuple[int, int] | None]:
+    """Where each of ``pieces`` sits in ``text`` as a UTF-8 byte range, each looked for
+    after the previous one found: as it is when the template kept it so (whitespace the
+    model wrote around it included), else stripped of that whitespace; ``None`` for one
+    that is blank or not found (the template changed it)."""
+    found: list[tuple[int, int] | None] = []
+    position, offset = 0, 0  # a character index of text, and its UTF-8 byte offset
+    for piece in pieces:
+        core = piece.strip()
+        at = text.find(core, position) if core else -1
+        if at < 0:
+            found.append(None)
+            continue
+        whole = text.find(piece, position) if piece != core else -1
+        if 0 <= whole <= at:
+            at, core = whole, piece
+        start = offset + len(text[position:at].encode("utf-8"))
+        end = start + len(core.encode("utf-8"))
+        found.append((start, end))
+        position, offset = at + len(core), end
+    return found
+
+
 def find_spans(text: str, pieces: Iterable[str]) -> list[tuple[int, int]]:
     """Where each of ``pieces`` (the assistant messages' texts, in order) sits in
     ``text``, as UTF-8 byte ranges; each is looked for after the previous one, and one
     that is not found (the template changed it) is left out."""
+    return [span for span in _locate(text, pieces) if span is not None]
+
+
+def message_spans(
+    text: str, messages: Sequence[tuple[Sequence[str], bool]], opening: str = ""
+) -> list[tuple[int, int]]:
+    """The byte ranges of ``text`` the model wrote, from the conversation's messages in
+    order: each is ``(its texts, whether the model wrote it)``, an assistant's texts
+    being its reasoning then its answer.
+
+    Every message's texts are looked for in order, each after the previous one found,
+    so an answer is found in its own turn, not in an earlier message that holds the
+    same words. A written message's range runs from its first text found to its last,
+    the template's markup between them included (the end of a reasoning block), and
+    back over ``opening`` (the reasoning block's start marker, when the model writes
+    it) when it stands right before its reasoning.
+    """
+    located = iter(_locate(text, [piece for pieces, _ in messages for piece in pieces]))
     spans: list[tuple[int, int]] = []
-    position, offset = 0, 0  # a character index of text, and its UTF-8 byte offset
-    for piece in pieces:
-        core = piece.strip()
-        found = text.find(core, position) if core else -1
-        if found < 0:
+    encoded: bytes | None = None
+    for pieces, written in messages:
+        each = [next(located) for _ in pieces]
+        found = [span for span in each if span is not None]
+        if not written or not found:
             continue
-        start = offset + len(text[position:found].encode("utf-8"))
-        end = start + len(core.encode("utf-8"))
+        start, end = found[0][0], found[-1][1]
+        if opening and len(each) > 1 and each[0] is not None:  # its reasoning is there
+            encoded = text.encode("utf-8") if encoded is None else encoded
+            before = encoded[:start].rstrip()
+            if before.endswith(opening.encode("utf-8")):
+                start = len(before) - len(opening.encode("utf-8"))
         spans.append((start, end))
-        position, offset = found + len(core), end
     return spans
 
 

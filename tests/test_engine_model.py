@@ -1,7 +1,10 @@
-"""The local model and its stages, on the real SmolLM2-135M GGUF (fast: keep turns short)."""
+"""The local model and its stages, on the real SmolLM2-135M GGUF (fast: keep turns short);
+the engine's claims (exact usage, warm == cold, concurrency, cancellation) also on Gemma 3
+270M (another architecture with a sliding-window cache, Q4_K_M weights)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -10,11 +13,15 @@ from typing import Any
 
 import pytest
 import trio
+from support.models import MODELS, model_path
+from support.models import load_model as load_named
 
 from cuca.client import CucaClient
-from cuca.engine import LocalModel, SamplingConfig, default_model_path
+from cuca.engine import LocalModel, SamplingConfig, default_model_path, default_threads
 from cuca.engine import model as model_module
+from cuca.engine.backend import LlamaBackend
 from cuca.engine.formats import OutputFormat
+from cuca.engine.prefix import common_prefix_length
 from cuca.engine.records import TokenSink, TurnEnd, TurnStart
 from cuca.engine.sandbox import ChatSandbox
 from cuca.engine.worker import turn_stages
@@ -26,6 +33,7 @@ from cuca.types import (
     PromptCacheUsage,
     ProviderEndpoint,
     Text,
+    Thinking,
     TokenUsage,
     TurnSummary,
     UnifiedRequest,
@@ -35,15 +43,22 @@ SEED = 1234
 STORY = "Write a long story about a dragon who learns to bake bread."
 
 
-def load(**kwargs: Any) -> LocalModel:
+def load(name: str = "smollm2", **kwargs: Any) -> LocalModel:
     options: dict[str, Any] = {"n_ctx": 2048, "sampling": SamplingConfig(seed=SEED)}
     options.update(kwargs)
-    return LocalModel.load(default_model_path(), **options)
+    return load_named(name, **options)
 
 
 @pytest.fixture(scope="module")
 def model() -> Iterator[LocalModel]:
     with load() as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def each(request: pytest.FixtureRequest) -> Iterator[LocalModel]:
+    """Each of the two test models, loaded once."""
+    with load(request.param) as loaded:
         yield loaded
 
 
@@ -112,6 +127,19 @@ def test_model_loads(model: LocalModel) -> None:
     capabilities = model.capabilities()
     assert (capabilities.reasoning, capabilities.tools) == (False, False)
     assert model.output_format(ask("hi")).tool_syntax is None
+
+
+def test_model_without_a_template_is_refused() -> None:
+    """Gemma 3 270M is a base model: its file has no chat template. Loading it without
+    ``chat_template=`` says so, rather than inventing a prompt format."""
+    with pytest.raises(ConfigurationError, match=r"no chat template .*pass chat_template="):
+        LocalModel.load(model_path("gemma3"), n_ctx=256, n_threads=1)
+
+
+def test_model_default_threads_are_llama_cpp_python_s() -> None:
+    """Half the cores for steps of one token, all of them for steps of more."""
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads() == (max(1, cores // 2), cores)
 
 
 def test_model_missing_file(tmp_path: Path) -> None:
@@ -198,7 +226,8 @@ async def test_model_image_fails_the_turn(model: LocalModel) -> None:
 # -- generation and usage -------------------------------------------------------------
 
 
-async def test_model_generates_text_with_exact_usage(model: LocalModel) -> None:
+async def test_model_generates_text_with_exact_usage(each: LocalModel) -> None:
+    model = each
     request = ask("What is the capital of France?", max_tokens=16)
     items, summary = await run_turn(model, request)
     assert text_of(items).strip()
@@ -210,9 +239,9 @@ async def test_model_generates_text_with_exact_usage(model: LocalModel) -> None:
     assert summary.usage is not None and summary.usage.reasoning_tokens is None
 
 
-async def test_model_max_tokens_is_met_to_the_token(model: LocalModel) -> None:
+async def test_model_max_tokens_is_met_to_the_token(each: LocalModel) -> None:
     for limit in (1, 7):
-        _, summary = await run_turn(model, ask(STORY, max_tokens=limit))
+        _, summary = await run_turn(each, ask(STORY, max_tokens=limit))
         assert summary is not None and summary.finish_reason == "length"
         assert usage_of(summary)[3] == limit
 
@@ -223,7 +252,8 @@ def test_model_max_tokens_zero_is_refused_where_it_is_set() -> None:
         ask(STORY, max_tokens=0)
 
 
-async def test_model_second_turn_reads_the_first_from_cache(model: LocalModel) -> None:
+async def test_model_second_turn_reads_the_first_from_cache(each: LocalModel) -> None:
+    model = each
     first = ask("Name a color.", max_tokens=8)
     items, summary = await run_turn(model, first)
     first_prompt = usage_of(summary)[0]
@@ -235,6 +265,74 @@ async def test_model_second_turn_reads_the_first_from_cache(model: LocalModel) -
     # The same prompt again: everything but its last token comes from the cache.
     _, again = await run_turn(model, second)
     assert usage_of(again)[1:3] == (prompt - 1, 1)
+
+
+# -- the longest common prefix, with the defaults (seed 000) ------------------------------
+
+
+def longest_shared(model: LocalModel, request: UnifiedRequest) -> int:
+    """What the seed's rule keeps for ``request``: the longest common prefix of the
+    cached tokens and the prompt, leaving the last prompt token to prefill."""
+    prompt = model.tokenize_prompt(request)
+    return min(common_prefix_length(model.cached_tokens, prompt), len(prompt) - 1)
+
+
+async def test_model_the_same_prompt_again_reuses_all_but_its_last_token() -> None:
+    with load() as fresh:  # the defaults: one sequence
+        request = ask("Tell me about the moon.", max_tokens=20, temperature=0.0)
+        items, first = await run_turn(fresh, request)
+        assert usage_of(first)[3] == 20
+        shared = longest_shared(fresh, request)
+        again_items, again = await run_turn(fresh, request)
+    prompt = usage_of(again)[0]
+    assert shared == prompt - 1
+    assert usage_of(again)[1:3] == (prompt - 1, 1)
+    assert text_of(again_items) == text_of(items)  # greedy: warm gives the cold answer
+
+
+async def test_model_a_prompt_that_diverges_reuses_the_shared_start() -> None:
+    system = "You are a helpful assistant who answers in one sentence."
+    first = UnifiedRequest.new("m").add_system_message(system)
+    other = first.add_user_message("What is a comet?").set_max_tokens(6)
+    first = first.add_user_message("Tell me about the moon.").set_max_tokens(6)
+    with load() as fresh:
+        await run_turn(fresh, first)
+        shared = longest_shared(fresh, other)
+        warm_items, warm = await run_turn(fresh, other)
+    with load() as cold:
+        cold_items, _ = await run_turn(cold, other)
+    assert shared > 10
+    assert usage_of(warm)[1] == shared  # every shared token, though fewer than 32
+    assert text_of(warm_items) == text_of(cold_items)
+
+
+# a ChatML template whose generation prompt opens a reasoning block and whose history
+# keeps the reasoning of earlier answers
+THINKING_CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
+    "{% if m.get('reasoning_content') %}"
+    "{{ '<think>\\n' + m['reasoning_content'] + '\\n</think>\\n\\n' }}{% endif %}"
+    "{{ m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
+)
+
+
+async def test_model_the_turn_after_one_that_reasoned_reuses_the_reasoning() -> None:
+    """The reasoning the model wrote is its own output (evaluated one token at a time):
+    the next turn reuses it as it reuses an answer's text, and stays exact."""
+    first = ask("Why is the sky blue?", max_tokens=16).set_thinking(True)
+    with load(chat_template=THINKING_CHATML) as warm:
+        items, summary = await run_turn(warm, first)
+        assert any(isinstance(item, Thinking) for item in items)
+        second = first.add_assistant_message(items).add_user_message("And red sunsets?")
+        shared = longest_shared(warm, second)
+        warm_items, warm_summary = await run_turn(warm, second)
+    with load(chat_template=THINKING_CHATML) as cold:
+        cold_items, _ = await run_turn(cold, second)
+    prompt, _, _, completion = usage_of(summary)
+    assert shared >= prompt + completion - 2  # the reasoning is in the new prompt
+    assert usage_of(warm_summary)[1] == shared
+    assert warm_items == cold_items
 
 
 async def test_model_thinking_on_a_model_that_cannot_reason_is_refused(
@@ -249,28 +347,30 @@ Outcome = tuple[list[Any], TurnSummary | None]
 
 
 async def warm_and_cold(
-    first: UnifiedRequest, follow_up: str, **options: Any
+    first: UnifiedRequest, follow_up: str, name: str = "smollm2", **options: Any
 ) -> tuple[TurnSummary | None, Outcome, Outcome]:
     """A conversation's second turn on the model that ran its first (warm), and alone on
     a fresh model (cold): the first turn's summary, then each second turn's items and
     summary."""
-    with load(**options) as warm:
+    with load(name, **options) as warm:
         items, first_summary = await run_turn(warm, first)
         second = first.add_assistant_message(text_of(items)).add_user_message(follow_up)
         warm_outcome = await run_turn(warm, second)
-    with load(**options) as cold:
+    with load(name, **options) as cold:
         cold_outcome = await run_turn(cold, second)
     return first_summary, warm_outcome, cold_outcome
 
 
-@pytest.mark.parametrize("temperature", [None, 0.0])
-async def test_model_warm_output_equals_cold_output(temperature: float | None) -> None:
+@pytest.mark.parametrize(
+    ("name", "temperature"), [("smollm2", None), ("smollm2", 0.0), ("gemma3", None)]
+)
+async def test_model_warm_output_equals_cold_output(name: str, temperature: float | None) -> None:
     """Bit for bit, the answer's tokens included: evaluated alone while generated, they
     are reused, because a cold prefill evaluates the assistant's text alone too (see
     cuca.engine.rows)."""
     first = ask("Tell me about the moon.", max_tokens=24, temperature=temperature)
     first_summary, (warm_items, warm_summary), (cold_items, cold_summary) = await warm_and_cold(
-        first, "And the sun?"
+        first, "And the sun?", name
     )
     first_prompt, _, _, completion = usage_of(first_summary)
     assert usage_of(warm_summary)[1] >= first_prompt + completion - 1
@@ -279,20 +379,48 @@ async def test_model_warm_output_equals_cold_output(temperature: float | None) -
     assert usage_of(warm_summary)[3] == usage_of(cold_summary)[3]
 
 
-async def test_model_third_turn_warm_equals_cold() -> None:
-    """A cold prompt carrying two earlier answers replays both one token per step, and
-    gives the warm conversation's bits."""
-    request = ask("Name a fruit.", max_tokens=10)
-    summary: TurnSummary | None = None
-    with load() as warm:
+async def third_turn(name: str, first: UnifiedRequest) -> tuple[int, Outcome, Outcome]:
+    """A conversation's third turn warm (after its first two) and cold: the tokens the
+    second turn ended with (prompt and answer), then each third turn's outcome."""
+    request, summary = first, None
+    with load(name) as warm:
         for follow_up in ("Another one?", "And a vegetable?"):
             items, summary = await run_turn(warm, request)
             request = request.add_assistant_message(text_of(items)).add_user_message(follow_up)
-        warm_items, warm_summary = await run_turn(warm, request)
-    with load() as cold:
-        cold_items, _ = await run_turn(cold, request)
+        warm_outcome = await run_turn(warm, request)
+    with load(name) as cold:
+        cold_outcome = await run_turn(cold, request)
     prompt, _, _, completion = usage_of(summary)
-    assert usage_of(warm_summary)[1] >= prompt + completion - 1
+    return prompt + completion, warm_outcome, cold_outcome
+
+
+@pytest.mark.parametrize("name", MODELS)
+async def test_model_third_turn_warm_equals_cold(name: str) -> None:
+    """A cold prompt carrying two earlier answers replays both one token per step, and
+    gives the warm conversation's bits."""
+    held, (warm_items, warm_summary), (cold_items, _) = await third_turn(
+        name, ask("Name a fruit.", max_tokens=10)
+    )
+    assert usage_of(warm_summary)[1] >= held - 1
+    assert text_of(warm_items) == text_of(cold_items)
+    assert usage_of(warm_summary)[3] > 0
+
+
+@pytest.mark.slow
+async def test_model_past_the_sliding_window_warm_equals_cold() -> None:
+    """Gemma 3 attends to a window of 512 tokens in most layers (an iSWA cache). The
+    engine asks llama.cpp for a full-size window cache, so a conversation longer than
+    the window keeps its whole prefix: the third turn reads everything the second left
+    (prompt and answer), and gives the bits of a cold prefill."""
+    system = "The archive holds letters, ledgers and maps, sorted by year. " * 36
+    first = UnifiedRequest.new("m").add_system_message(system)
+    first = first.add_user_message("What does the archive hold?").set_max_tokens(8)
+    held, (warm_items, warm_summary), (cold_items, cold_summary) = await third_turn(
+        "gemma3", first
+    )
+    assert held > 512  # past the window
+    assert usage_of(warm_summary)[1] >= held - 1  # read_tokens: what was really reused
+    assert usage_of(cold_summary)[1] == 0
     assert text_of(warm_items) == text_of(cold_items)
 
 
@@ -302,7 +430,7 @@ async def test_model_an_answer_not_found_in_the_prompt_is_prefilled_again(
     """When the engine cannot find an earlier answer in the prompt text, it does not
     reuse the tokens generation evaluated for it (a cold prefill would evaluate them
     with their neighbours): the warm turn is slower, and still exact."""
-    monkeypatch.setattr(model_module, "find_spans", lambda text, pieces: [])
+    monkeypatch.setattr(model_module, "message_spans", lambda text, messages, opening="": [])
     first = ask("Tell me about the moon.", max_tokens=24)
     first_summary, (warm_items, warm_summary), (cold_items, _) = await warm_and_cold(
         first, "And the sun?"
@@ -357,10 +485,38 @@ async def test_model_prompt_larger_than_context() -> None:
             await run_turn(small, request)
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_model_a_row_has_the_same_bits_alone_and_beside_other_sequences(name: str) -> None:
+    """What batching turns rests on. SmolLM2's Q4_1 matrices go through one kernel for
+    one row and for many; Gemma 3's file (Q4_K_M in name) holds Q5_0 and Q8_0 matrices,
+    which llama.cpp multiplies with llamafile's tinyBLAS when a step has two rows or
+    more and with its per-row dot product for one: measured equal here, bit for bit."""
+    backend = LlamaBackend(
+        str(model_path(name)), n_ctx=256, n_batch=8, n_ubatch=8, n_threads=1,
+        n_threads_batch=1, flash_attention=False, n_seq=3,
+    )  # fmt: skip
+    try:
+        prompt = backend.tokenize("The quick brown fox jumps over the lazy dog", special=False)
+        batch, last, at = backend.batch(), prompt[-1], len(prompt) - 1
+        for seq in range(3):
+            batch.fill([(token, i, seq, False) for i, token in enumerate(prompt[:-1])])
+            assert backend.decode(batch) == 0
+        batch.fill([(last, at, 0, True)])
+        assert backend.decode(batch) == 0
+        alone = backend.logits(0)
+        batch.fill([(last, at, 1, True), (prompt[0], at, 2, True)])
+        assert backend.decode(batch) == 0
+        assert backend.logits(0) == alone
+        assert backend.logits(1) != alone  # another token's row: the check can fail
+    finally:
+        backend.close()
+
+
 # -- cancellation and concurrency ---------------------------------------------------
 
 
-async def test_model_cancel_mid_generation_stops_and_keeps_the_cache(model: LocalModel) -> None:
+async def test_model_cancel_mid_generation_stops_and_keeps_the_cache(each: LocalModel) -> None:
+    model = each
     await run_turn(model, ask("Hi", max_tokens=2))  # the worker thread now exists
     threads = threading.active_count()
     request = ask(STORY, max_tokens=1000)
@@ -392,14 +548,15 @@ async def test_model_cancel_during_prefill(model: LocalModel) -> None:
     assert usage_of(summary)[3] == 2
 
 
-async def test_model_concurrent_turns_run_together() -> None:
+@pytest.mark.parametrize("name", MODELS)
+async def test_model_concurrent_turns_run_together(name: str) -> None:
     request = ask("Say something nice.", max_tokens=10)
     results: list[tuple[list[Any], TurnSummary | None]] = []
 
     async def one() -> None:
         results.append(await run_turn(fresh, request))
 
-    with load(n_seq=2) as fresh:
+    with load(name, n_seq=2) as fresh:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(one)
             nursery.start_soon(one)
@@ -415,6 +572,7 @@ async def test_model_renders_the_template_once_per_turn(
 ) -> None:
     """The (untrusted, possibly slow) chat template runs once per turn: the prompt and
     the output format come from the same rendering."""
+    model.capabilities()  # probed once per model (rendering a probe), then kept
     renders: list[str] = []
     for name in ("render_template", "render_with_generation_prompt"):
         real = getattr(ChatSandbox, name)

@@ -12,6 +12,7 @@ from cuca.engine.rows import (
     keep_whole_runs,
     key,
     kinds_from_spans,
+    message_spans,
     token_of,
 )
 
@@ -77,3 +78,24 @@ def test_rows_only_tokens_wholly_inside_a_span_were_written() -> None:
     assert kinds_from_spans([3, 2, 2, 4, 1], [(3, 9)]) == [F, T, T, F, F]
     assert kinds_from_spans([3, 0, 2], [(3, 5)]) == [F, F, T]
     assert kinds_from_spans([2, 2], []) == [F, F]
+
+
+def test_rows_an_answer_repeating_the_user_is_found_in_its_own_turn() -> None:
+    """A base model that repeats the user's words: its answer is looked for after the
+    user's message, not at the first place the words occur."""
+    text = "<u>Tell me about the moon.</u><m>Tell me about the moon.</m><u>More</u>"
+    spans = message_spans(
+        text, [(["Tell me about the moon."], False), (["", "Tell me about the moon."], True)]
+    )
+    start = text.index("<m>") + 3
+    assert spans == [(start, start + len("Tell me about the moon."))]
+    assert find_spans(text, ["Tell me about the moon."]) == [(3, 26)]  # the first place
+
+
+def test_rows_reasoning_its_markers_and_the_answer_are_one_span() -> None:
+    text = "<u>Why?</u><m><think>\nBecause.\n</think>\n\nSo.</m><u>Ok</u>"
+    written = [(["Why?"], False), (["\nBecause.", "So."], True), (["Ok"], False)]
+    start, end = text.index("<think>"), text.index("</m>")
+    assert message_spans(text, written, "<think>") == [(start, end)]
+    # the generation prompt opened the block: the model wrote from the reasoning on
+    assert message_spans(text, written) == [(start + len("<think>"), end)]
