@@ -58,14 +58,16 @@ endif
 
 test: install-test check
 
-# ruff, mypy --strict on an installed copy (mypy does not follow setuptools' editable
-# finder), then the whole pytest suite.
+# ruff, mypy --strict and the import-linter contracts on an installed copy (neither
+# follows setuptools' editable finder or its package-dir mapping), then the whole suite.
 check:
 	$(VENV)/bin/ruff check cuca stages providers engine tests
 	rm -rf .cache/typecheck
 	$(PIP) install -q --no-deps --no-build-isolation --target .cache/typecheck/site . 2>/dev/null
 	cd .cache/typecheck && MYPYPATH=site ../../$(PYTHON) -m mypy --strict \
 		--config-file ../../pyproject.toml --python-executable ../../$(PYTHON) -p cuca
+	cd .cache/typecheck && PYTHONPATH=site ../../$(VENV)/bin/lint-imports --no-cache \
+		../../pyproject.toml
 	$(PYTHON) -m pytest -q
 
 bench: install-test

@@ -18,7 +18,10 @@ checks that the two agree).
 
 import typing as _typing
 
+from . import cost as _cost  # noqa: F401 - installs what UnifiedResponse.cost asks
+from . import schema as _schema  # noqa: F401 - installs what set_output_schema builds with
 from ._lazy import lazy_names as _lazy_names
+from ._version import __version__ as __version__
 from .client import CucaClient as CucaClient
 from .client import ResponseFuture as ResponseFuture
 from .client import Timeouts as Timeouts
@@ -47,6 +50,7 @@ from .errors import TemplateError as TemplateError
 from .errors import ToolCallError as ToolCallError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
+from .providers import table as _table  # noqa: F401 - declares the built-in endpoints
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks
@@ -86,31 +90,31 @@ if _typing.TYPE_CHECKING:
     from .engine import Capabilities as Capabilities
     from .engine import LocalModel as LocalModel
     from .engine import SamplingConfig as SamplingConfig
-    from .fallback import FallbackClient as FallbackClient
     from .limits import Budget as Budget
     from .limits import BudgetWarning as BudgetWarning
     from .limits import RateLimiter as RateLimiter
-    from .observe import TurnEnd as TurnEnd
-    from .observe import TurnObserver as TurnObserver
-    from .pool import PoolPolicy as PoolPolicy
+    from .observers.redaction import RedactRequest as RedactRequest
+    from .observers.session_log import LoggedTurn as LoggedTurn
+    from .observers.session_log import SessionLog as SessionLog
+    from .plugins import LoopObserver as LoopObserver
+    from .plugins import TurnEnd as TurnEnd
+    from .plugins import TurnObserver as TurnObserver
     from .providers.anthropic import AnthropicConfig as AnthropicConfig
     from .providers.llamacpp import LlamaCppConfig as LlamaCppConfig
     from .providers.llamacpp import LlamaRoute as LlamaRoute
     from .providers.openai_config import OpenAiApi as OpenAiApi
     from .providers.openai_config import OpenAiConfig as OpenAiConfig
     from .providers.registry import register_adapter as register_adapter
-    from .redaction import RedactRequest as RedactRequest
     from .retry import RetryPolicy as RetryPolicy
-    from .session_log import LoggedTurn as LoggedTurn
-    from .session_log import SessionLog as SessionLog
+    from .routing.fallback import FallbackClient as FallbackClient
+    from .routing.pool import PoolPolicy as PoolPolicy
     from .store import MemoryStore as MemoryStore
     from .store import RedisStore as RedisStore
     from .store import SqliteStore as SqliteStore
-    from .tool_loop import LoopObserver as LoopObserver
-    from .tool_loop import Step as Step
-    from .tool_loop import ToolLoopStream as ToolLoopStream
-    from .tools import Tool as Tool
-    from .tools import ToolFailed as ToolFailed
+    from .tools.loop import Step as Step
+    from .tools.loop import ToolLoopStream as ToolLoopStream
+    from .tools.tool import Tool as Tool
+    from .tools.tool import ToolFailed as ToolFailed
 
 _LAZY: dict[str, str] = {
     "converter": "cuca.convert",
@@ -118,7 +122,7 @@ _LAZY: dict[str, str] = {
     "structure": "cuca.convert",
     "to_json": "cuca.convert",
     "unstructure": "cuca.convert",
-    "FallbackClient": "cuca.fallback",
+    "FallbackClient": "cuca.routing.fallback",
     "Budget": "cuca.limits",
     "BudgetWarning": "cuca.limits",
     "RateLimiter": "cuca.limits",
@@ -126,16 +130,16 @@ _LAZY: dict[str, str] = {
     "MemoryStore": "cuca.store",
     "RedisStore": "cuca.store",
     "SqliteStore": "cuca.store",
-    "TurnEnd": "cuca.observe",
-    "TurnObserver": "cuca.observe",
-    "PoolPolicy": "cuca.pool",
-    "RedactRequest": "cuca.redaction",
+    "TurnEnd": "cuca.plugins",
+    "TurnObserver": "cuca.plugins",
+    "PoolPolicy": "cuca.routing.pool",
+    "RedactRequest": "cuca.observers.redaction",
     "RetryPolicy": "cuca.retry",
-    "LoopObserver": "cuca.tool_loop",
-    "Step": "cuca.tool_loop",
-    "ToolLoopStream": "cuca.tool_loop",
-    "Tool": "cuca.tools",
-    "ToolFailed": "cuca.tools",
+    "LoopObserver": "cuca.plugins",
+    "Step": "cuca.tools.loop",
+    "ToolLoopStream": "cuca.tools.loop",
+    "Tool": "cuca.tools.tool",
+    "ToolFailed": "cuca.tools.tool",
     "Capabilities": "cuca.engine",
     "LocalModel": "cuca.engine",
     "SamplingConfig": "cuca.engine",
@@ -145,12 +149,10 @@ _LAZY: dict[str, str] = {
     "OpenAiApi": "cuca.providers.openai_config",
     "OpenAiConfig": "cuca.providers.openai_config",
     "register_adapter": "cuca.providers.registry",
-    "LoggedTurn": "cuca.session_log",
-    "SessionLog": "cuca.session_log",
+    "LoggedTurn": "cuca.observers.session_log",
+    "SessionLog": "cuca.observers.session_log",
 }
 """Names resolved on first use: name -> the module that defines it."""
-
-__version__ = "0.1.0"
 
 
 __getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())

@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from .errors import CucaError
-from .observe import TurnEnd
+from .plugins import TurnEnd
 from .turn import EndOfTurn, TurnState
 from .types import Block, TurnSummary, UnifiedRequest
 

@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 
     from cuca.engine.model import LocalModel
     from cuca.providers.base import HttpRequest, ProviderAdapter
+    from cuca.routing.pool import Pool, PoolPolicy
     from cuca.stages.pipeline import Insertion, Pipeline
     from cuca.stages.points import Point
+    from cuca.tools.loop import ToolLoopOptions, ToolLoopStream
+    from cuca.tools.tool import Tool
 
     from .admission import TurnAdmission, TurnGate, TurnReplay
-    from .pool import Pool, PoolPolicy
     from .retry import RetryPolicy
-    from .tool_loop import ToolLoopOptions, ToolLoopStream
-    from .tools import Tool
 
 __all__ = ["CucaClient", "ResponseFuture", "Timeouts"]
 
@@ -185,11 +185,14 @@ class CucaClient:
     def _new_pool(self, urls: tuple[str, ...], policy: PoolPolicy | None) -> Pool:
         """The pool of ``base_url=[...]``: a client per server, without retries of its
         own (a failed attempt moves to another server; ``policy.attempts`` bounds them)."""
-        from .pool import Pool, PoolPolicy
+        from cuca.routing.pool import Pool, PoolPolicy
+
         from .retry import RetryPolicy
 
         if not urls or self.provider == ProviderEndpoint.LOCAL:
             raise ConfigurationError("a pool needs one base URL or more, on an HTTP provider")
+
+        http = self._http_client()  # created now: every member shares its connections
 
         def member(url: str) -> CucaClient:
             client = CucaClient(
@@ -200,7 +203,7 @@ class CucaClient:
                 timeout=self.timeouts,
                 provider_config=self.provider_config,
                 stages=self.stages,
-                http_client=self._http,
+                http_client=http,
                 retry=RetryPolicy.never(),
                 rate_limiter=self.rate_limiter,
             )
@@ -462,14 +465,14 @@ class CucaClient:
         **options: Unpack[ToolLoopOptions],
     ) -> AbstractAsyncContextManager[ToolLoopStream]:
         """Run ``request`` with ``tools`` until the model answers without a call (see
-        :func:`cuca.tool_loop.run_tools` and docs/tools.md)::
+        :func:`cuca.tools.loop.run_tools` and docs/tools.md)::
 
             async with client.run_tools(request, tools=[get_weather], max_steps=4) as stream:
                 async for item in stream:
                     ...
             stream.conversation, stream.usage
         """
-        from .tool_loop import run_tools
+        from cuca.tools.loop import run_tools
 
         return run_tools(self, request, tools, **options)
 

@@ -3,8 +3,9 @@
 The prices are not ours: `genai-prices` keeps them (by provider, model and date,
 cache reads and writes and reasoning included). This module only maps cuca's usage
 split onto its units and its provider names. A provider or model it does not know
-gives ``None``, never a guess. It is imported on the first price asked for, so
-``import cuca`` does not load the price data.
+gives ``None``, never a guess. genai-prices is imported on the first price asked for,
+so ``import cuca`` does not load the price data. Importing this module installs
+:func:`response_cost` as what :attr:`UnifiedResponse.cost` asks.
 """
 
 from __future__ import annotations
@@ -12,9 +13,16 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from .types import ModelInfo, PromptCacheUsage, ProviderEndpoint, TokenUsage
+from .types import (
+    DERIVED,
+    ModelInfo,
+    PromptCacheUsage,
+    ProviderEndpoint,
+    TokenUsage,
+    UnifiedResponse,
+)
 
-__all__ = ["PRICED_PROVIDERS", "model_window", "turn_cost"]
+__all__ = ["PRICED_PROVIDERS", "model_window", "response_cost", "turn_cost"]
 
 PRICED_PROVIDERS: dict[str, str] = {
     "openai": "openai",
@@ -77,3 +85,12 @@ def model_window(provider: ProviderEndpoint, model: str) -> ModelInfo:
     except LookupError:
         return ModelInfo(model=model)
     return ModelInfo(model=model, context_window=found.context_window, source="genai-prices")
+
+def response_cost(response: UnifiedResponse, when: datetime | None) -> Decimal | None:
+    """What ``response``'s turn cost at the prices in force at ``when`` (now if ``None``)."""
+    return turn_cost(
+        response.provider, response.model, response.usage, response.prompt_cache_usage, at=when
+    )
+
+
+DERIVED.price = response_cost

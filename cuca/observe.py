@@ -1,4 +1,5 @@
-"""Turn observers: a plugin's view of a whole turn from outside, without changing it.
+"""Turn observers at work: the stages that show a plugin's :class:`~cuca.TurnObserver`
+a whole turn from outside, without changing it.
 
 A plugin that overrides :meth:`CucaPlugin.observe` gets, for each turn, an observer that
 sees the request as sent, the raw response bytes (HTTP turns, when it asks for them),
@@ -19,54 +20,20 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .errors import CucaError, PluginError
+from .errors import PluginError
+from .plugins import CucaPlugin, TurnEnd, TurnObserver, overrides
 from .turn import EndOfTurn, TurnState
-from .types import UnifiedRequest, UnifiedResponse
+from .types import UnifiedRequest
 
 if TYPE_CHECKING:
-    from cuca.plugins import CucaPlugin
     from cuca.stages.chain import Chained
     from cuca.stages.pipeline import Pipeline
-    from cuca.types import Block
 
-__all__ = ["TurnEnd", "TurnObserver", "watched"]
-
-Status = Literal["ok", "error", "cancelled"]
-
-
-@attrs.frozen
-class TurnEnd:
-    """How a turn ended: ``"ok"`` with its ``response``, ``"error"`` with the ``error``
-    that ended it, or ``"cancelled"`` (the consumer left before the end)."""
-
-    status: Status
-    response: UnifiedResponse | None = None
-    error: Exception | None = None
-
-
-class TurnObserver:
-    """Watches one turn; every method defaults to doing nothing.
-
-    Set ``raw = True`` to receive the response body's bytes as they arrive (HTTP turns;
-    the plugin must also set ``observes_raw = True``).
-    """
-
-    raw: bool = False
-
-    def on_raw(self, chunks: Sequence[bytes]) -> None:
-        """Body bytes as one network read delivered them (before any parsing)."""
-
-    def on_items(self, items: Sequence[Block | CucaError]) -> None:
-        """Items as the consumer receives them: blocks, and errors that did not end the turn."""
-
-    def on_end(self, end: TurnEnd) -> None:
-        """Called once, whatever happened, before the consumer sees the end of the stream
-        (or after it left)."""
-
+__all__ = ["watched"]
 
 class _Watch:
     """The observers of one turn, created when the request leaves the request hooks.
@@ -182,8 +149,6 @@ def watched(
 ) -> tuple[Pipeline, _Watch | None]:
     """``pipeline`` with the observing stages added, when a plugin observes turns, and
     the watch whose ``finish`` the client calls at the end of the turn."""
-    from .plugins import overrides
-
     observing = [p for p in plugins if overrides(p, "observe")]
     if not observing:
         return pipeline, None

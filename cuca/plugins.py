@@ -1,23 +1,87 @@
 """Plugins: hooks that see every request and every block of a turn.
 
 Subclass :class:`CucaPlugin` and override the hooks you need; hooks run in registration
-order. Error rules: an ``on_request`` error aborts the turn (raised as
-:class:`~cuca.errors.PluginError`); an ``on_stream_chunk`` error is yielded as a
-``PluginError`` item in place of the block, which is dropped, and the stream goes on; an
-``on_response_complete`` error is yielded as a ``PluginError`` item at the end.
+order. A plugin may also watch a turn from outside (:class:`TurnObserver`) or a tool
+loop (:class:`LoopObserver`): the protocols are here, with the hooks, so that the core
+and every feature that runs plugins depend on this module alone. Error rules: an
+``on_request`` error aborts the turn (raised as :class:`~cuca.errors.PluginError`); an
+``on_stream_chunk`` error is yielded as a ``PluginError`` item in place of the block,
+which is dropped, and the stream goes on; an ``on_response_complete`` error is yielded
+as a ``PluginError`` item at the end.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Literal
 
-from .types import Block, UnifiedRequest, UnifiedResponse
+import attrs
 
-if TYPE_CHECKING:
-    from .observe import TurnObserver
-    from .tool_loop import LoopObserver
+from .errors import CucaError
+from .types import Block, ToolCall, ToolResult, UnifiedRequest, UnifiedResponse
 
-__all__ = ["CucaPlugin"]
+__all__ = ["CucaPlugin", "LoopObserver", "ToolDone", "TurnEnd", "TurnObserver", "overrides"]
+
+Status = Literal["ok", "error", "cancelled"]
+
+
+@attrs.frozen
+class TurnEnd:
+    """How a turn ended: ``"ok"`` with its ``response``, ``"error"`` with the ``error``
+    that ended it, or ``"cancelled"`` (the consumer left before the end)."""
+
+    status: Status
+    response: UnifiedResponse | None = None
+    error: Exception | None = None
+
+
+class TurnObserver:
+    """Watches one turn; every method defaults to doing nothing.
+
+    Set ``raw = True`` to receive the response body's bytes as they arrive (HTTP turns;
+    the plugin must also set ``observes_raw = True``).
+    """
+
+    raw: bool = False
+
+    def on_raw(self, chunks: Sequence[bytes]) -> None:
+        """Body bytes as one network read delivered them (before any parsing)."""
+
+    def on_items(self, items: Sequence[Block | CucaError]) -> None:
+        """Items as the consumer receives them: blocks, and errors that did not end the turn."""
+
+    def on_end(self, end: TurnEnd) -> None:
+        """Called once, whatever happened, before the consumer sees the end of the stream
+        (or after it left)."""
+
+
+ToolDone = Callable[[ToolResult, str | None], None]
+"""Told how a call ended: its result and, when it failed, a short error type (the
+exception's class name, ``unknown_tool``, ``invalid_arguments``, ``tool_failed`` for a
+:class:`~cuca.tools.tool.ToolFailed`, or ``timeout``)."""
+
+
+class LoopObserver:
+    """Watches a tool loop from outside; the trace plugin makes spans of it. A plugin
+    gives one from :meth:`~cuca.CucaPlugin.observe_tools`. Each method returns a context
+    manager the loop holds open around that part, in the task that runs it: what it
+    makes current (a span) is current for the turns and tools inside, and an error
+    that ends that part passes through it. Every method defaults to doing nothing."""
+
+    def run(self) -> AbstractContextManager[object]:
+        """Around the whole loop."""
+        return nullcontext()
+
+    def step(self, number: int) -> AbstractContextManager[object]:
+        """Around step ``number`` (from 1): its turn, then its calls."""
+        return nullcontext()
+
+    def tool_call(self, call: ToolCall) -> AbstractContextManager[ToolDone | None]:
+        """Around one call; may give a function told how it ended."""
+        return nullcontext()
+
+
 
 
 class CucaPlugin:
@@ -41,13 +105,13 @@ class CucaPlugin:
         """Called once when the turn ended cleanly, with its terminal record."""
 
     def observe(self, request: UnifiedRequest) -> TurnObserver | None:
-        """Return a :class:`~cuca.observe.TurnObserver` to watch this turn from outside
+        """Return a :class:`TurnObserver` to watch this turn from outside
         (raw bytes, every item, how it ended), or ``None``. Called once the request hooks
         have run; the session log and the trace plugin use it."""
         return None
 
     def observe_tools(self, request: UnifiedRequest) -> LoopObserver | None:
-        """Return a :class:`~cuca.tool_loop.LoopObserver` to watch a tool loop run on the
+        """Return a :class:`LoopObserver` to watch a tool loop run on the
         client (its steps and tool calls), or ``None``. Called when the loop starts, with
         its request (tools declared); the trace plugin uses it."""
         return None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import trio
 
 from .errors import CucaError, OutputValidationError, PluginError
-from .turn import EndOfTurn, TurnState
+from .turn import EndOfTurn, Item, TurnState
 from .types import (
     Block,
     MessageRole,
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Completion", "ResponseStream", "merge_blocks"]
 
-Item: TypeAlias = Block | CucaError
-"""What a stream yields: a block, or an error that did not end the turn."""
 
 
 class ResponseStream:
@@ -268,7 +266,7 @@ def completion(
     message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(blocks))
     if schema is None:
         return Completion(message, tuple(errors), response)
-    from .structured import parse_output
+    from .schema import parse_output
 
     try:
         parsed = parse_output(schema, message.text())

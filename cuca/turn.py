@@ -1,4 +1,4 @@
-"""The turn's own record, and the item that ends a turn.
+"""The turn's own record, what a turn yields, and the item that ends a turn.
 
 Everything else a turn knows travels through its channels as items (see
 :mod:`cuca.stages.points`): what is left here is what no single stage owns.
@@ -6,12 +6,18 @@ Everything else a turn knows travels through its channels as items (see
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import attrs
 import trio
 
-from .types import TurnSummary, UnifiedRequest, UnifiedResponse
+from .errors import CucaError
+from .types import Block, TurnSummary, UnifiedRequest, UnifiedResponse
 
-__all__ = ["EndOfTurn", "TurnState"]
+__all__ = ["EndOfTurn", "Item", "TurnState"]
+
+Item: TypeAlias = Block | CucaError
+"""What a turn yields: a block, or an error that did not end the turn."""
 
 
 class TurnState:

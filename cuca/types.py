@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import attrs
-
-from cuca.providers.table import ENDPOINTS, by_cli_name
 
 from ._checks import kind, of_type, optional, positive_int, real_in
 from .errors import ConfigurationError
@@ -75,8 +73,21 @@ class ProviderEndpoint:
     VLLM: ClassVar[ProviderEndpoint]
     LM_STUDIO: ClassVar[ProviderEndpoint]
     LOCAL: ClassVar[ProviderEndpoint]
-    BUILTIN: ClassVar[tuple[str, ...]] = tuple(info.kind for info in ENDPOINTS)
-    """The built-in endpoints' kinds, from the provider table (:mod:`cuca.providers.table`)."""
+    BUILTIN: ClassVar[tuple[str, ...]] = ()
+    """The built-in endpoints' kinds, declared by the provider table
+    (:mod:`cuca.providers.table`, imported by ``import cuca``)."""
+    _resolve: ClassVar[Callable[[str], str | None]] = staticmethod(lambda name: None)
+
+    @classmethod
+    def declare(cls, kinds: Iterable[str], resolve: Callable[[str], str | None]) -> None:
+        """Declare the built-in endpoints: their ``kinds`` (each becomes the attribute
+        ``ProviderEndpoint.KIND``) and ``resolve``, which maps a spelling a user may write
+        (``"gemini"``, ``"llamacpp"``) to its kind. The provider table calls it: the
+        endpoints are vendor knowledge, and a data type imports nothing above it."""
+        cls.BUILTIN = tuple(kinds)
+        cls._resolve = staticmethod(resolve)
+        for name in cls.BUILTIN:
+            setattr(cls, name.upper(), cls(name))
 
     @classmethod
     def custom(cls, name: str) -> ProviderEndpoint:
@@ -89,11 +100,11 @@ class ProviderEndpoint:
         """The endpoint named by ``value`` (``"openai"``, ``"llama_cpp"``, ``"custom:x"``)."""
         if value.strip().lower().startswith("custom:"):
             return cls.custom(value.split(":", 1)[1])
-        info = by_cli_name(value)
-        if info is None:
+        found = cls._resolve(value)
+        if found is None:
             names = ", ".join(cls.BUILTIN)
             raise ConfigurationError(f"unknown provider {value!r} (one of {names}, or custom:NAME)")
-        return cls(info.kind)
+        return cls(found)
 
     @property
     def is_custom(self) -> bool:
@@ -106,10 +117,6 @@ class ProviderEndpoint:
         if self.is_custom:
             return f"ProviderEndpoint.custom({self.custom_name!r})"
         return f"ProviderEndpoint.{self.kind.upper()}"
-
-
-for _kind in ProviderEndpoint.BUILTIN:
-    setattr(ProviderEndpoint, _kind.upper(), ProviderEndpoint(_kind))
 
 
 class MessageRole(enum.Enum):
@@ -598,9 +605,8 @@ class UnifiedRequest:
         """
         if schema is None or isinstance(schema, OutputSchema):
             return attrs.evolve(self, output_schema=schema)
-        from .structured import output_schema
-
-        return attrs.evolve(self, output_schema=output_schema(schema, name=name, strict=strict))
+        built = DERIVED.output_schema(schema, name=name, strict=strict)
+        return attrs.evolve(self, output_schema=built)
 
     def with_provider(self, provider: ProviderEndpoint) -> UnifiedRequest:
         return attrs.evolve(self, provider=provider)
@@ -678,9 +684,7 @@ class UnifiedResponse:
             from decimal import Decimal
 
             return Decimal(0)
-        from .cost import turn_cost
-
-        return turn_cost(self.provider, self.model, self.usage, self.prompt_cache_usage, at=when)
+        return DERIVED.price(self, when)
 
 
 @attrs.frozen
@@ -717,3 +721,33 @@ class ModelInfo:
     max_output_tokens: int | None = None
     trained_context: int | None = None
     source: str = ""
+
+
+class _Unset:
+    """What stands in :data:`DERIVED` until the module that derives it is imported."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{self.module} was not imported (import cuca imports it)")
+
+
+@attrs.define
+class Derived:
+    """What a data type derives but does not compute itself, because a data type imports
+    nothing above it: the price of a response (installed by :mod:`cuca.cost`, from
+    genai-prices) and the JSON Schema of a class for ``set_output_schema`` (installed by
+    :mod:`cuca.schema`). ``import cuca`` imports both, so the methods that use them
+    always work; the price data itself loads on the first price asked for."""
+
+    price: Callable[[UnifiedResponse, datetime | None], Decimal | None] = attrs.field(
+        factory=lambda: _Unset("cuca.cost")
+    )
+    output_schema: Callable[..., OutputSchema] = attrs.field(
+        factory=lambda: _Unset("cuca.schema")
+    )
+
+
+DERIVED = Derived()
+"""The one :class:`Derived`: filled in when :mod:`cuca.cost` and :mod:`cuca.schema` load."""

@@ -19,7 +19,7 @@ if _typing.TYPE_CHECKING:
     from .base import ProviderAdapter as ProviderAdapter
     from .base import StreamDecoder as StreamDecoder
     from .base import guarded_feed as guarded_feed
-    from .base import loads_json as loads_json
+    from .decoding import loads_json as loads_json
     from .registry import register_adapter as register_adapter
 
 _LAZY: dict[str, str] = {
@@ -30,7 +30,7 @@ _LAZY: dict[str, str] = {
     "ProviderAdapter": "cuca.providers.base",
     "StreamDecoder": "cuca.providers.base",
     "guarded_feed": "cuca.providers.base",
-    "loads_json": "cuca.providers.base",
+    "loads_json": "cuca.providers.decoding",
     "register_adapter": "cuca.providers.registry",
 }
 """Names resolved on first use: name -> the module that defines it."""

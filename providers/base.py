@@ -21,14 +21,13 @@ from cuca.errors import (
     CucaError,
     HttpContextOverflowError,
     HttpStatusError,
-    JsonError,
     ProviderError,
     http_status_error,
 )
 from cuca.stages.protocols import Framer
 from cuca.stages.sse import SseEvent, SseParser
+from cuca.turn import Item
 from cuca.types import (
-    Block,
     ModelInfo,
     ProviderEndpoint,
     TokenCount,
@@ -36,7 +35,8 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .decoding import stream_error
+from .decoding import loads_json, stream_error
+from .framing import JSON_BODY, JsonOrSse
 from .overflow import Overflow
 
 __all__ = [
@@ -52,14 +52,6 @@ __all__ = [
     "guarded_feed",
     "loads_json",
 ]
-
-Item: TypeAlias = Block | CucaError
-"""What a stream yields: a block, or an error that did not end the turn."""
-
-JSON_BODY = "\njson body"
-"""The event type of a response body that was one JSON document, not an event stream
-(a type no server can send: it starts with a newline). Only a non-streamed turn's
-decoder takes it; every other decoder reports it as a ``ProviderError``."""
 
 Send: TypeAlias = Callable[["HttpRequest"], Awaitable[Any]]
 """How an adapter asks its server something outside a turn (counting tokens, reading a
@@ -154,8 +146,6 @@ class ProviderAdapter(abc.ABC):
     def new_framer(self) -> Framer:
         """How the response body is split into events: server-sent events by default,
         or one event holding a whole JSON body (a non-streamed turn)."""
-        from .whole_response import JsonOrSse
-
         return JsonOrSse(SseParser())
 
     def error_message(self, status: int, body: str) -> str | None:
@@ -249,9 +239,3 @@ def _not_streamed(provider: str, body: str) -> CucaError:
     )
 
 
-def loads_json(data: str, provider: str) -> Any:
-    """``json.loads`` that raises :class:`~cuca.errors.JsonError` naming the provider."""
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
-        raise JsonError(f"{provider} sent a frame that is not JSON: {data[:200]!r}") from exc

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -31,8 +32,10 @@ __all__ = [
     "STREAM_ERROR_STATUS",
     "Shape",
     "decode_frame",
+    "error_text",
     "finished_call",
     "json_body",
+    "loads_json",
     "stream_error",
     "tool_arguments",
 ]
@@ -87,6 +90,25 @@ def decode_frame(decoder: msgspec.json.Decoder[T], data: str, provider: str) -> 
                 raise ProviderError(provider, message) from None
     message = f"unexpected frame (over {MAX_DROPPED} values of the wrong type): {data[:200]}"
     raise ProviderError(provider, message)
+
+
+def loads_json(data: str, provider: str) -> Any:
+    """``json.loads`` that raises :class:`~cuca.errors.JsonError` naming the provider."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise _not_json(data, provider) from exc
+
+
+def error_text(error: Any) -> str:
+    """The human part of a vendor error value (``{"message": ...}`` or a bare string)."""
+    if isinstance(error, str):
+        return error
+    if isinstance(error, Mapping):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message
+    return json.dumps(error, ensure_ascii=False)
 
 
 def _not_json(data: str, provider: str) -> JsonError:

@@ -37,10 +37,11 @@ from cuca.types import (
 )
 
 from .base import ClientSettings, Framer, HttpRequest, ProviderAdapter, Send, StreamDecoder
+from .framing import JsonOrSse
 from .gemini_decode import SYNTHETIC_ID, GeminiDecoder
 from .output_format import gemini_fields
 from .overflow import Overflow, gemini_overflow
-from .whole_response import JsonOrSse, for_request, gemini_events
+from .whole_response import for_request, gemini_events
 
 __all__ = ["GeminiAdapter", "GeminiFramer", "make_gemini"]
 

@@ -38,10 +38,10 @@ from .base import (
     StreamDecoder,
     guarded_feed,
 )
-from .decoding import Shape, decode_frame, stream_error
+from .decoding import Shape, decode_frame, error_text, stream_error
 from .openai_compat import Dialect, OpenAiCompatAdapter, bearer_headers
 from .openai_config import OpenAiApi, OpenAiConfig
-from .openai_decode import chat_error_message, error_text
+from .openai_decode import chat_error_message
 from .overflow import Overflow, chat_overflow
 from .whole_response import WholeResponseDecoder, completion_events
 

@@ -33,9 +33,9 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder
-from .openai_config import wants_responses
-from .openai_decode import ChatCompletionsDecoder, chat_error_message, error_text
+from .base import HttpRequest, ProviderAdapter, Send, StreamDecoder
+from .decoding import error_text
+from .openai_decode import ChatCompletionsDecoder, chat_error_message
 from .output_format import chat_response_format, json_object_instruction
 from .overflow import Overflow, chat_overflow
 from .table import endpoint_info
@@ -51,7 +51,6 @@ __all__ = [
     "encode_body",
     "encode_messages",
     "error_text",
-    "make_chat",
     "reasoning_effort",
     "require_key",
 ]
@@ -299,18 +298,3 @@ class OpenAiCompatAdapter(ProviderAdapter):
         tokens, encoding = estimate_body(body, str(body.get("model") or request.model))
         return TokenCount(tokens, exact=False, method=f"tiktoken {encoding}")
 
-
-def _adapter(dialect: Dialect, settings: ClientSettings) -> ProviderAdapter:
-    """The chat adapter, or the Responses one when ``OpenAiConfig`` asks for it."""
-    base = settings.url()
-    if wants_responses(settings.provider_config, dialect.name):
-        from .openai_responses import ResponsesAdapter
-
-        return ResponsesAdapter(dialect, base, settings.api_key)
-    return OpenAiCompatAdapter(dialect, base, settings.api_key)
-
-
-def make_chat(settings: ClientSettings) -> ProviderAdapter:
-    """The adapter of any OpenAI-compatible server of the provider table (OpenAI, vLLM,
-    LM Studio...), in the dialect its entry gives, at its default URL or ``base_url``."""
-    return _adapter(dialect_of(settings.provider), settings)

@@ -21,7 +21,6 @@ Stream rules, from ``reference/wire.md`` sections 1 to 4, 6 and 11:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -38,23 +37,12 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, finished_call, json_body, stream_error
+from .decoding import Shape, decode_frame, error_text, finished_call, json_body, stream_error
 
-__all__ = ["ChatCompletionsDecoder", "chat_error_message", "error_text"]
+__all__ = ["ChatCompletionsDecoder", "chat_error_message"]
 
 
 # -- errors --------------------------------------------------------------------------
-
-
-def error_text(error: Any) -> str:
-    """The human part of a vendor error value (``{"message": ...}`` or a bare string)."""
-    if isinstance(error, str):
-        return error
-    if isinstance(error, Mapping):
-        message = error.get("message")
-        if isinstance(message, str) and message:
-            return message
-    return json.dumps(error, ensure_ascii=False)
 
 
 def chat_error_message(body: str) -> str | None:

@@ -39,8 +39,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, finished_call, stream_error
-from .openai_decode import error_text
+from .decoding import Shape, decode_frame, error_text, finished_call, stream_error
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
 

@@ -21,6 +21,8 @@ from typing import Any, Literal, TypedDict
 
 import attrs
 
+from cuca.types import ProviderEndpoint
+
 __all__ = [
     "ALIASES",
     "CHAT_ADAPTER",
@@ -32,9 +34,10 @@ __all__ = [
     "import_path",
 ]
 
-CHAT_ADAPTER = "cuca.providers.openai_compat:make_chat"
+CHAT_ADAPTER = "cuca.providers.openai_family:make_chat"
+"""The factory of every entry with a ``chat`` dialect: the ``/chat/completions`` adapter,
+or the Responses one when the entry's ``OpenAiConfig`` asks for it."""
 _OPENAI_CONFIG = "cuca.providers.openai_config:OpenAiConfig"
-"""The factory of every entry with a ``chat`` dialect: the ``/chat/completions`` adapter."""
 
 
 class ChatDialect(TypedDict, total=False):
@@ -202,3 +205,11 @@ def by_cli_name(name: str) -> EndpointInfo | None:
     """The entry named ``name`` in any accepted spelling (``gemini``, ``google-gemini``,
     ``llamacpp``...), case-insensitive."""
     return _lookup()[2].get(name.strip().lower().replace("-", "_"))
+
+
+def _kind_named(name: str) -> str | None:
+    info = by_cli_name(name)
+    return None if info is None else info.kind
+
+
+ProviderEndpoint.declare((info.kind for info in ENDPOINTS), _kind_named)

@@ -4,11 +4,10 @@ the same decoder as the stream.
 Two pieces make a non-streamed turn look like a streamed one to the rest of the
 pipeline:
 
-- :class:`JsonOrSse`, every adapter's framer: a body whose first non-blank byte is
-  ``{`` is not an event stream but one JSON document, handed on whole as one
-  ``JSON_BODY`` event at the end of the body; any other body goes to the event-stream
-  parser as it arrives. (A stream decoder given a ``JSON_BODY`` event, because a server
-  answered a streamed request with JSON, raises a ``ProviderError`` saying so.)
+- :class:`~cuca.providers.framing.JsonOrSse`, every adapter's framer, hands a JSON body
+  on whole as one ``JSON_BODY`` event. (A stream decoder given a ``JSON_BODY`` event,
+  because a server answered a streamed request with JSON, raises a ``ProviderError``
+  saying so.)
 - :class:`WholeResponseDecoder`: turns that document into the events the streamed form
   of the same turn would have sent (one function per wire below), and feeds them to
   the wire's own stream decoder. Blocks, usage and finish reason are then the stream's,
@@ -22,13 +21,13 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cuca.errors import ProviderError, SseParseError, StreamIncomplete
+from cuca.errors import ProviderError, StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import TurnSummary, UnifiedRequest
 
-from .base import JSON_BODY, Framer, Item, StreamDecoder, loads_json
-from .decoding import stream_error
-from .openai_decode import error_text
+from .base import Item, StreamDecoder
+from .decoding import error_text, loads_json, stream_error
+from .framing import MAX_JSON_BODY, JsonOrSse
 
 __all__ = [
     "MAX_JSON_BODY",
@@ -41,47 +40,6 @@ __all__ = [
     "gemini_events",
     "responses_events",
 ]
-
-MAX_JSON_BODY = 64 * 1024 * 1024
-"""The largest non-streamed response body read (64 MiB); a larger one is an error."""
-
-_BLANK = b" \t\r\n"
-
-
-class JsonOrSse:
-    """A framer that passes event streams to ``inner`` and gathers a JSON body whole."""
-
-    def __init__(self, inner: Framer) -> None:
-        self._inner = inner
-        self._mode: str | None = None  # None until the first non-blank byte: "sse" | "json"
-        self._body = bytearray()
-
-    def feed(self, data: bytes) -> list[SseEvent]:
-        if self._mode == "sse":
-            return self._inner.feed(data)
-        self._body += data
-        if self._mode is None:
-            head = self._body.lstrip(_BLANK)
-            if not head:
-                return []
-            self._mode = "json" if head[:1] == b"{" else "sse"
-            if self._mode == "sse":
-                held, self._body = bytes(self._body), bytearray()
-                return self._inner.feed(held)
-        if len(self._body) > MAX_JSON_BODY:
-            raise SseParseError(f"a JSON response body over {MAX_JSON_BODY} bytes")
-        return []
-
-    def close(self) -> list[SseEvent]:
-        if self._mode != "json":
-            return self._inner.close()
-        try:
-            text = self._body.decode()
-        except UnicodeDecodeError as exc:
-            raise SseParseError(f"the JSON response body is not UTF-8: {exc}") from None
-        self._body = bytearray()
-        return [SseEvent(text, JSON_BODY)]
-
 
 Events = list[tuple[str, Mapping[str, Any] | str]]
 """(event type, payload) pairs, as a stream would have sent them (a string payload is

@@ -27,7 +27,7 @@ from .sse import SseEvent
 
 if TYPE_CHECKING:
     from cuca.engine import TurnEnd, TurnStart
-    from cuca.stream import Item
+    from cuca.turn import Item
 
     EngineRecord = UnifiedRequest | TurnStart | str | TurnEnd
 

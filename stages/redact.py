@@ -18,8 +18,7 @@ import attrs
 import trio
 
 from cuca.errors import ConfigurationError
-from cuca.stream import Item
-from cuca.turn import EndOfTurn
+from cuca.turn import EndOfTurn, Item
 from cuca.types import Text, Thinking
 
 from .pipeline import Stage

@@ -58,13 +58,13 @@ def test_imports_cuca_and_its_core_names_load_no_engine_adapter_or_cli() -> None
 
 OPTIONAL = (
     "cuca.convert",
-    "cuca.fallback",
+    "cuca.routing.fallback",
     "cuca.observe",
-    "cuca.pool",
-    "cuca.redaction",
+    "cuca.routing.pool",
+    "cuca.observers.redaction",
     "cuca.retry",
-    "cuca.tool_loop",
-    "cuca.tools",
+    "cuca.tools.loop",
+    "cuca.tools.tool",
     "secrets",
 )
 """Modules a first program's names do not need: they load when their names are used."""
@@ -74,7 +74,7 @@ def test_imports_a_first_programs_names_load_nothing_optional() -> None:
     modules = loaded_after("from cuca import CucaClient, ProviderEndpoint, Text, UnifiedRequest")
     assert modules & set(OPTIONAL) == set()
     modules = loaded_after("import cuca\ncuca.FallbackClient, cuca.Tool, cuca.RetryPolicy")
-    assert {"cuca.fallback", "cuca.tools", "cuca.retry"} <= modules
+    assert {"cuca.routing.fallback", "cuca.tools.tool", "cuca.retry"} <= modules
 
 
 def test_imports_a_lazy_name_loads_its_package_on_first_use() -> None:
@@ -99,7 +99,9 @@ def test_imports_an_openai_turn_loads_only_its_adapter() -> None:
         "cuca.providers.registry",
         "cuca.providers.table",
         "cuca.providers.openai_compat",
+        "cuca.providers.openai_family",
         "cuca.providers.openai_decode",
+        "cuca.providers.framing",
         "cuca.providers.decoding",
         # small helpers every OpenAI-shaped adapter uses: which API, structured output,
         # non-streamed responses
@@ -139,13 +141,13 @@ def test_imports_lazy_names_are_visible_to_dir_and_to_type_checkers() -> None:
 
 def test_imports_session_log_prices_and_traces_load_on_first_use() -> None:
     """sqlite3 with the session log, genai-prices with the first cost, OpenTelemetry
-    only with cuca.otel."""
+    only with cuca.observers.otel."""
     modules = loaded_after("import cuca\ncuca.SessionLog")
-    assert {"cuca.session_log", "sqlite3"} <= modules
+    assert {"cuca.observers.session_log", "sqlite3"} <= modules
     assert not {m for m in modules if m.startswith(("genai_prices", "opentelemetry"))}
     code = (
         "from cuca import ProviderEndpoint, TokenUsage, UnifiedResponse\n"
         "UnifiedResponse(ProviderEndpoint.OPENAI, 'gpt-4o', TokenUsage(1, 1)).cost"
     )
     assert "genai_prices" in loaded_after(code)
-    assert "opentelemetry.trace" in loaded_after("import cuca.otel")
+    assert "opentelemetry.trace" in loaded_after("import cuca.observers.otel")

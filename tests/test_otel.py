@@ -1,4 +1,4 @@
-"""cuca.otel.OtelPlugin: one span per turn with the GenAI semantic conventions, read back
+"""cuca.observers.otel.OtelPlugin: one span per turn with the GenAI semantic conventions, read back
 from the OpenTelemetry SDK's in-memory exporter."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cuca import (
     ToolResult,
     UnifiedRequest,
 )
-from cuca.otel import FIRST_BLOCK_EVENT, OtelPlugin
+from cuca.observers.otel import FIRST_BLOCK_EVENT, OtelPlugin
 from cuca.testing import Reply, open_replay_server
 
 
@@ -241,7 +241,7 @@ async def test_otel_tool_loop_steps_and_tool_calls_are_child_spans(
     assert "error.type" not in attributes(succeeded)
     assert succeeded.status.status_code is StatusCode.UNSET
     steps = [s for s in spans if s.name.startswith("step")]
-    assert [attributes(s)["cuca.tool_loop.step"] for s in steps] == [1, 2]
+    assert [attributes(s)["cuca.tools.loop.step"] for s in steps] == [1, 2]
     assert all(s.status.status_code is StatusCode.UNSET for s in [*steps, root])
     # the calls ran inside their step: after its turn ended, before the step ended
     chat1 = next(s for s in spans if s.name.startswith("chat") and s.parent == steps[0].context)

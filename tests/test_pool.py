@@ -26,7 +26,7 @@ from cuca import (
     Text,
     UnifiedRequest,
 )
-from cuca.pool import Health, PoolState
+from cuca.routing.pool import Health, PoolState
 from cuca.testing import ReplayServer, Reply, open_replay_server
 
 REQUEST = UnifiedRequest.new("qwen3").add_user_message("Hello?")

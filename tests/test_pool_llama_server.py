@@ -18,7 +18,7 @@ import trio
 from support.llama_server import LlamaServer, running_llama_server
 
 from cuca import CucaClient, PoolPolicy, ProviderEndpoint, Text, UnifiedRequest
-from cuca.pool import Member, PoolState
+from cuca.routing.pool import Member, PoolState
 
 pytestmark = pytest.mark.slow
 

@@ -304,7 +304,7 @@ async def test_session_log_and_traces_on_a_local_engine_turn(tmp_path: Path) -> 
 
     from cuca import LocalModel
     from cuca.engine import default_model_path
-    from cuca.otel import OtelPlugin
+    from cuca.observers.otel import OtelPlugin
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

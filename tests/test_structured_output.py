@@ -28,7 +28,7 @@ from cuca import (
 )
 from cuca.providers.base import ClientSettings
 from cuca.providers.registry import adapter_for
-from cuca.structured import json_schema_of, parse_output
+from cuca.schema import json_schema_of, parse_output
 from cuca.testing import Reply, open_replay_server
 
 KEY = "sk-test-0123456789"
@@ -77,9 +77,9 @@ def test_structured_schema_of_an_attrs_class_is_strict_and_nested() -> None:
         "properties": {
             "place": place,
             "temperature": {"type": "number", "minimum": -90, "maximum": 60},
-            "unit": {"enum": ["c", "f"]},
+            "unit": {"type": "string", "enum": ["c", "f"]},
             "tags": {"type": "array", "items": {"type": "string"}},
-            "wind": {"enum": ["calm", "breeze", "storm"]},
+            "wind": {"type": "string", "enum": ["calm", "breeze", "storm"]},
             "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
         },
         "required": ["place", "temperature", "unit", "tags", "wind", "note"],

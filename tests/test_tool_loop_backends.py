@@ -21,7 +21,7 @@ from support.tool_loop import CASES, Case, run_case
 from support.transcripts import TRANSCRIPTS
 
 from cuca import MessageRole, Step, Thinking, ToolCall, ToolResult
-from cuca.tool_loop import sum_usage
+from cuca.tools.loop import sum_usage
 
 FOLLOW_UPS = TRANSCRIPTS / "follow_ups"
 

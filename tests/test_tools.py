@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from cuca import ConfigurationError, Tool, ToolDefinition
-from cuca.tools import ToolArgumentsError
+from cuca.tools.tool import ToolArgumentsError
 
 
 class Unit(enum.Enum):

@@ -63,7 +63,7 @@ def make_client(settings: ChatSettings, model: LocalModel | None = None) -> Cuca
     retry = None if settings.retries is None else RetryPolicy(max_retries=settings.retries)
     plugins: list[CucaPlugin] = []
     if settings.log is not None:
-        from cuca.session_log import SessionLog
+        from cuca.observers.session_log import SessionLog
 
         plugins.append(SessionLog(settings.log))
     return CucaClient(
@@ -148,14 +148,20 @@ async def chat(settings: ChatSettings, console: Console, stdin_tty: bool = False
             path = settings.model_path
             model = await load_with_progress(lambda: _load_model(settings), path.name, console)
         async with make_client(settings, model) as client, mcp_tools(settings) as tools:
-            request = first_request(settings)
-            if not settings.interactive:
-                assert settings.prompt is not None
-                first = request.add_user_message(settings.prompt)
-                return await _run_once(client, first, renderer, tools)
-            session = Session(client, request, renderer, console, tools)
-            read = line_reader(console, sys.stdin, stdin_tty)
-            return await session.run(settings.prompt, read, stdin_tty)
+            try:
+                request = first_request(settings)
+                if not settings.interactive:
+                    assert settings.prompt is not None
+                    first = request.add_user_message(settings.prompt)
+                    return await _run_once(client, first, renderer, tools)
+                session = Session(client, request, renderer, console, tools)
+                read = line_reader(console, sys.stdin, stdin_tty)
+                return await session.run(settings.prompt, read, stdin_tty)
+            finally:  # the session log writes what it has queued before the command ends
+                for plugin in client.plugins:
+                    close = getattr(plugin, "close", None)
+                    if callable(close):
+                        await trio.to_thread.run_sync(close)
     except CucaError as error:  # before the first turn: loading, building the adapter
         renderer.failed(error)
         return exit_status(error)

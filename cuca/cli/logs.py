@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from cuca.errors import ConfigurationError
-from cuca.session_log import LoggedTurn, SessionLog
+from cuca.observers.session_log import LoggedTurn, SessionLog
 from cuca.stream import merge_blocks
 from cuca.types import Text, Thinking, ToolCall
 

@@ -26,8 +26,8 @@ from .render import Renderer
 from .tasks import run_beside
 
 if TYPE_CHECKING:
-    from cuca.tool_loop import ToolLoopStream
     from cuca.tools import Tool
+    from cuca.tools.loop import ToolLoopStream
 
 __all__ = ["exit_status", "interruptible", "loop_turn", "stream_turn"]
 
@@ -61,7 +61,7 @@ async def loop_turn(
     """Run the tool loop on ``request``, showing every item (each call and each result
     on a line of its own); return the conversation with every step appended. The usage
     shown is summed over the steps."""
-    from cuca.tool_loop import Step
+    from cuca.tools.loop import Step
 
     renderer.begin()
     async with client.run_tools(request, tools) as stream:

@@ -15,8 +15,7 @@ from cuca._checks import kind
 from cuca.admission import Counter, estimate_tokens, estimated
 from cuca.cost import turn_cost
 from cuca.errors import BudgetExceeded, ConfigurationError
-from cuca.observe import TurnEnd
-from cuca.plugins import CucaPlugin
+from cuca.plugins import CucaPlugin, TurnEnd
 from cuca.store import MemoryStore, Store
 from cuca.types import TokenUsage, UnifiedRequest
 

@@ -15,7 +15,7 @@ import trio
 from cuca._checks import kind
 from cuca.admission import Counter, estimated
 from cuca.errors import ConfigurationError, RateLimitError, RateLimitExceeded, StoreError
-from cuca.observe import TurnEnd
+from cuca.plugins import TurnEnd
 from cuca.store import MemoryStore, Store
 from cuca.types import UnifiedRequest
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cuca.session_log import LoggedTurn
+from cuca.observers.session_log import LoggedTurn
 
 from ._reply import Reply
 

@@ -45,7 +45,7 @@ def tracer_plugin() -> CucaPlugin:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from cuca.otel import OtelPlugin
+    from cuca.observers.otel import OtelPlugin
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
@@ -106,7 +106,7 @@ def main() -> None:
 def time_inside_the_log(url: str, log: SessionLog) -> float:
     """The CPU seconds spent in the log's own hooks during one turn (best of ROUNDS):
     the part of the overhead that does not depend on how busy the machine is."""
-    import cuca.session_log as module
+    import cuca.observers.session_log as module
 
     spent = [0.0]
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import attrs
 
-from .admission import TurnGate, admitted
-from .errors import (
+from cuca.admission import TurnGate, admitted
+from cuca.errors import (
     ConfigurationError,
     CucaError,
     HttpStatusError,
@@ -26,12 +26,12 @@ from .errors import (
     ServerError,
     TransportError,
 )
-from .stream import Completion, ResponseStream, collect
-from .types import UnifiedRequest
+from cuca.stream import Completion, ResponseStream, collect
+from cuca.types import UnifiedRequest
 
 if TYPE_CHECKING:
-    from .tool_loop import ToolLoopOptions, ToolLoopStream
-    from .tools import Tool
+    from cuca.tools.loop import ToolLoopOptions, ToolLoopStream
+    from cuca.tools.tool import Tool
 
 __all__ = ["FallbackClient", "default_fallback_on", "first_answer"]
 
@@ -175,7 +175,7 @@ class FallbackClient:
         """The tool loop (docs/tools.md), each step falling back on its own: a step
         may be answered by another client than the one before it (signed reasoning
         is then replayed only to the provider that signed it)."""
-        from .tool_loop import run_tools
+        from cuca.tools.loop import run_tools
 
         return run_tools(self, request, tools, **options)
 

@@ -18,11 +18,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from .errors import CucaError
-from .observe import TurnEnd, TurnObserver
-from .plugins import CucaPlugin
-from .tool_loop import LoopObserver, ToolDone
-from .types import Block, ToolCall, ToolResult, UnifiedRequest
+from cuca.errors import CucaError
+from cuca.plugins import CucaPlugin, LoopObserver, ToolDone, TurnEnd, TurnObserver
+from cuca.types import Block, ToolCall, ToolResult, UnifiedRequest
 
 __all__ = ["FIRST_BLOCK_EVENT", "OtelPlugin", "provider_name"]
 
@@ -53,7 +51,7 @@ class OtelPlugin(CucaPlugin):
     name = "otel"
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
-        from cuca import __version__
+        from cuca._version import __version__
 
         self._tracer = trace.get_tracer("cuca", __version__, tracer_provider=tracer_provider)
 
@@ -95,7 +93,7 @@ class _LoopSpans(LoopObserver):
         return _current(self.tracer.start_span("invoke_agent", attributes=attributes))
 
     def step(self, number: int) -> AbstractContextManager[None]:
-        span = self.tracer.start_span(f"step {number}", attributes={"cuca.tool_loop.step": number})
+        span = self.tracer.start_span(f"step {number}", attributes={"cuca.tools.loop.step": number})
         return _current(span)
 
     @contextmanager

@@ -24,12 +24,11 @@ from typing import Any
 
 import attrs
 
-from .convert import structure, unstructure
-from .errors import ConfigurationError, CucaError
-from .observe import TurnEnd, TurnObserver
-from .plugins import CucaPlugin
-from .stream import merge_blocks
-from .types import Block, PromptCacheUsage, Text, TokenUsage, UnifiedRequest
+from cuca.convert import structure, unstructure
+from cuca.errors import ConfigurationError, CucaError
+from cuca.plugins import CucaPlugin, TurnEnd, TurnObserver
+from cuca.stream import merge_blocks
+from cuca.types import Block, PromptCacheUsage, Text, TokenUsage, UnifiedRequest
 
 __all__ = ["LoggedTurn", "SessionLog"]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
-from .errors import ConfigurationError
-from .plugins import CucaPlugin
-from .types import Block, Text, Thinking, ToolCall, ToolResult, UnifiedMessage, UnifiedRequest
+from cuca.errors import ConfigurationError
+from cuca.plugins import CucaPlugin
+from cuca.types import Block, Text, Thinking, ToolCall, ToolResult, UnifiedMessage, UnifiedRequest
 
 __all__ = ["REQUEST_PATTERNS", "RedactRequest"]
 

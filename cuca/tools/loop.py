@@ -20,19 +20,18 @@ from contextlib import (
     ExitStack,
     asynccontextmanager,
     contextmanager,
-    nullcontext,
 )
 from typing import Any, Protocol, TypedDict
 
 import attrs
 import trio
 
-from ._nursery import background_nursery
-from .errors import ConfigurationError, CucaError, ToolCallError
-from .plugins import CucaPlugin
-from .stream import merge_blocks
-from .tools import Tool, ToolArgumentsError, ToolFailed, as_tool
-from .types import (
+from cuca._nursery import background_nursery
+from cuca.errors import ConfigurationError, CucaError, ToolCallError
+from cuca.plugins import CucaPlugin, LoopObserver
+from cuca.stream import merge_blocks
+from cuca.tools.tool import Tool, ToolArgumentsError, ToolFailed, as_tool
+from cuca.types import (
     Block,
     MessageRole,
     PromptCacheUsage,
@@ -79,32 +78,6 @@ class TurnClient(Protocol):
     """What the loop runs its steps on: a client, a fallback client."""
 
     def generate_stream(self, request: UnifiedRequest) -> AbstractAsyncContextManager[Any]: ...
-
-
-ToolDone = Callable[[ToolResult, str | None], None]
-"""Told how a call ended: its result and, when it failed, a short error type (the
-exception's class name, ``unknown_tool``, ``invalid_arguments``, ``tool_failed`` for a
-:class:`~cuca.tools.ToolFailed`, or ``timeout``)."""
-
-
-class LoopObserver:
-    """Watches a tool loop from outside; the trace plugin makes spans of it. A plugin
-    gives one from :meth:`~cuca.CucaPlugin.observe_tools`. Each method returns a context
-    manager the loop holds open around that part, in the task that runs it: what it
-    makes current (a span) is current for the turns and tools inside, and an error
-    that ends that part passes through it. Every method defaults to doing nothing."""
-
-    def run(self) -> AbstractContextManager[object]:
-        """Around the whole loop."""
-        return nullcontext()
-
-    def step(self, number: int) -> AbstractContextManager[object]:
-        """Around step ``number`` (from 1): its turn, then its calls."""
-        return nullcontext()
-
-    def tool_call(self, call: ToolCall) -> AbstractContextManager[ToolDone | None]:
-        """Around one call; may give a function told how it ended."""
-        return nullcontext()
 
 
 class ToolLoopOptions(TypedDict, total=False):

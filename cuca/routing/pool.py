@@ -18,21 +18,37 @@ import enum
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
-from .errors import ConnectError, CucaError
-from .fallback import Attempt, FallbackOn, StreamingClient, default_fallback_on, first_answer
-from .stream import ResponseStream
-from .types import UnifiedRequest
+from cuca.errors import ConnectError, CucaError
+from cuca.routing.fallback import (
+    Attempt,
+    FallbackOn,
+    StreamingClient,
+    default_fallback_on,
+    first_answer,
+)
+from cuca.stream import ResponseStream
+from cuca.types import UnifiedRequest
 
 if TYPE_CHECKING:
-    from .client import CucaClient
-    from .stages.pipeline import Insertion
+    from cuca.stages.pipeline import Insertion
 
-__all__ = ["PoolPolicy", "PoolState"]
+__all__ = ["MemberClient", "PoolPolicy", "PoolState"]
+
+
+class MemberClient(Protocol):
+    """What a pool sends a turn to: a client for one server (a ``CucaClient``, which the
+    client that owns the pool builds: this module does not know the client)."""
+
+    def generate_stream(
+        self, request: UnifiedRequest, *, stages: Sequence[Insertion[Any]] = ...
+    ) -> AbstractAsyncContextManager[ResponseStream]: ...
+
+    async def aclose(self) -> None: ...
 
 
 @attrs.frozen
@@ -124,7 +140,7 @@ class Pool:
         self,
         urls: Sequence[str],
         policy: PoolPolicy,
-        client_for: Callable[[str], CucaClient],
+        client_for: Callable[[str], MemberClient],
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self.state = PoolState(urls, policy)
@@ -174,7 +190,7 @@ class Pool:
 class _WithStages:
     """A member's client with the turn's own stages bound."""
 
-    client: CucaClient
+    client: MemberClient
     stages: Sequence[Insertion[Any]]
 
     def generate_stream(

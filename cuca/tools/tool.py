@@ -19,9 +19,9 @@ import attrs
 import cattrs
 import trio
 
-from ._schema import describe_function, is_json_object_schema
-from .errors import ConfigurationError
-from .types import ToolDefinition
+from cuca.errors import ConfigurationError
+from cuca.schema import describe_function, is_json_object_schema
+from cuca.types import ToolDefinition
 
 __all__ = ["Tool", "ToolArgumentsError", "ToolFailed"]
 
