@@ -3,10 +3,13 @@
 ``SessionLog(path)`` is a plugin. Each turn gets a row when its request leaves the
 request hooks (status ``running``) and the rest when it ends: its blocks in cuca's
 JSON form (deltas merged), the error items, the error that ended it, usage, cost,
-timing, and the raw response bytes when ``raw=True``. Each write is its own
-transaction in WAL mode, so concurrent turns, threads and processes share the file, and
-a process killed mid-turn leaves every finished turn intact; its unfinished row reads
-back as ``interrupted``.
+timing, and the raw response bytes when ``raw=True``. Every write goes through one writer
+thread (``cuca.observers._writer``): the event loop only queues it, and the thread
+commits what is queued as one transaction in WAL mode, so concurrent turns, threads and
+processes share the file without a turn ever waiting on the disk or on another process's
+lock. A turn is on disk moments after it ends; :meth:`SessionLog.flush` waits for it,
+and :meth:`SessionLog.close` writes everything queued. A process killed mid-turn leaves
+every turn it had written intact; its unfinished row reads back as ``interrupted``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -29,6 +32,8 @@ from cuca.errors import ConfigurationError, CucaError
 from cuca.plugins import CucaPlugin, TurnEnd, TurnObserver
 from cuca.stream import merge_blocks
 from cuca.types import Block, PromptCacheUsage, Text, TokenUsage, UnifiedRequest
+
+from ._writer import Writer
 
 __all__ = ["LoggedTurn", "SessionLog"]
 
@@ -138,6 +143,7 @@ class SessionLog(CucaPlugin):
         except sqlite3.Error as exc:
             self._db.close()
             raise ConfigurationError(f"cannot open the session log {self.path}: {exc}") from exc
+        self._writer = Writer(self._db, self._lock, f"cuca session log {self.path.name}")
 
     def __repr__(self) -> str:
         return f"SessionLog({str(self.path)!r}, raw={self.raw})"
@@ -149,35 +155,59 @@ class SessionLog(CucaPlugin):
         self.close()
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        """Write every queued turn, then close the file."""
+        try:
+            self._writer.close()
+        finally:
+            with self._lock:
+                self._db.close()
+
+    def flush(self) -> None:
+        """Wait until every turn queued so far is on disk (a blocking call: from trio,
+        ``await trio.to_thread.run_sync(log.flush)``). A write that failed is raised
+        here, as a :class:`~cuca.errors.ConfigurationError`."""
+        self._checked(self._writer.flush)
 
     # -- writing ----------------------------------------------------------------------
 
     def observe(self, request: UnifiedRequest) -> TurnObserver:
-        started = datetime.now(UTC)
-        row = (
-            started.isoformat(),
-            os.getpid(),
-            str(request.provider),
-            request.model,
-            json.dumps(unstructure(request), ensure_ascii=False),
-        )
-        cursor = self._write(
-            "INSERT INTO turns (started_at, status, pid, provider, model, request) "
-            "VALUES (?, 'running', ?, ?, ?, ?)",
-            row,
-        )
-        assert cursor.lastrowid is not None
-        return _Recorder(self, cursor.lastrowid)
+        recorder = _Recorder(self)
+        started, pid = datetime.now(UTC), os.getpid()
 
-    def _write(self, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
-        with self._lock:
-            return self._db.execute(sql, params)
+        def insert(db: sqlite3.Connection) -> None:
+            row = (
+                started.isoformat(),
+                pid,
+                str(request.provider),
+                request.model,
+                json.dumps(unstructure(request), ensure_ascii=False),
+            )
+            cursor = db.execute(
+                "INSERT INTO turns (started_at, status, pid, provider, model, request) "
+                "VALUES (?, 'running', ?, ?, ?, ?)",
+                row,
+            )
+            recorder.turn_id = cursor.lastrowid
 
-    def _finish(self, turn_id: int, values: dict[str, Any]) -> None:
-        names = ", ".join(f"{name} = ?" for name in values)
-        self._write(f"UPDATE turns SET {names} WHERE id = ?", (*values.values(), turn_id))
+        self._checked(lambda: self._writer.put(insert))
+        return recorder
+
+    def _checked(self, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except sqlite3.Error as exc:
+            raise ConfigurationError(f"cannot write the session log {self.path}: {exc}") from exc
+
+    def _finish(self, recorder: _Recorder, values: Callable[[], dict[str, Any]]) -> None:
+        """Queue the end of ``recorder``'s turn; ``values`` are computed in the writer
+        thread (serialising the blocks, pricing the turn), off the event loop."""
+
+        def update(db: sqlite3.Connection) -> None:
+            row = values()
+            names = ", ".join(f"{name} = ?" for name in row)
+            db.execute(f"UPDATE turns SET {names} WHERE id = ?", (*row.values(), recorder.turn_id))
+
+        self._checked(lambda: self._writer.put(update))
 
     def _mark_interrupted(self) -> None:
         running = self._db.execute("SELECT id, pid FROM turns WHERE status = 'running'")
@@ -188,7 +218,9 @@ class SessionLog(CucaPlugin):
     # -- reading ----------------------------------------------------------------------
 
     def turns(self, limit: int | None = None) -> list[LoggedTurn]:
-        """The logged turns, oldest first (the last ``limit`` of them when given)."""
+        """The logged turns, oldest first (the last ``limit`` of them when given); the
+        turns queued so far are written first."""
+        self.flush()
         with self._lock:
             if limit is None:
                 rows = self._db.execute(f"SELECT {_COLUMNS} FROM turns ORDER BY id").fetchall()
@@ -199,6 +231,7 @@ class SessionLog(CucaPlugin):
 
     def turn(self, turn_id: int) -> LoggedTurn:
         """The turn numbered ``turn_id``; a :class:`ConfigurationError` if there is none."""
+        self.flush()
         with self._lock:
             row = self._db.execute(
                 f"SELECT {_COLUMNS} FROM turns WHERE id = ?", (turn_id,)
@@ -215,9 +248,9 @@ class _Recorder(TurnObserver):
     joined at the end; the turn's blocks are stored merged, as a `Completion` holds them.
     """
 
-    def __init__(self, log: SessionLog, turn_id: int) -> None:
+    def __init__(self, log: SessionLog) -> None:
         self.log = log
-        self.turn_id = turn_id
+        self.turn_id: int | None = None  # set by the writer thread once the row exists
         self.raw = log.raw
         self.started = time.perf_counter()
         self.first: float | None = None
@@ -256,26 +289,33 @@ class _Recorder(TurnObserver):
 
     def on_end(self, end: TurnEnd) -> None:
         self._end_text_run()
-        blocks = [unstructure(b) for b in merge_blocks(self.blocks)]
-        values: dict[str, Any] = {
-            "status": end.status,
-            "blocks": json.dumps(blocks, ensure_ascii=False),
-            "errors": json.dumps(self.errors, ensure_ascii=False),
-            "first_block_s": self.first,
-            "total_s": time.perf_counter() - self.started,
-        }
-        if end.error is not None:
-            values["error"] = json.dumps(_error_json(end.error), ensure_ascii=False)
-        response = end.response
-        if response is not None:
-            values["usage"] = _json_or_none(response.usage)
-            values["cache_usage"] = _json_or_none(response.prompt_cache_usage)
-            values["finish_reason"] = response.finish_reason
-            cost = response.cost
-            values["cost"] = None if cost is None else f"{cost:f}"
-        if self.chunks:  # only with raw=True, on HTTP turns that received a body
-            values["raw"] = b"".join(self.chunks)
-        self.log._finish(self.turn_id, values)
+        blocks, errors, chunks = self.blocks, self.errors, self.chunks
+        first, total = self.first, time.perf_counter() - self.started
+
+        def values() -> dict[str, Any]:
+            row: dict[str, Any] = {
+                "status": end.status,
+                "blocks": json.dumps(
+                    [unstructure(b) for b in merge_blocks(blocks)], ensure_ascii=False
+                ),
+                "errors": json.dumps(errors, ensure_ascii=False),
+                "first_block_s": first,
+                "total_s": total,
+            }
+            if end.error is not None:
+                row["error"] = json.dumps(_error_json(end.error), ensure_ascii=False)
+            response = end.response
+            if response is not None:
+                row["usage"] = _json_or_none(response.usage)
+                row["cache_usage"] = _json_or_none(response.prompt_cache_usage)
+                row["finish_reason"] = response.finish_reason
+                cost = response.cost
+                row["cost"] = None if cost is None else f"{cost:f}"
+            if chunks:  # only with raw=True, on HTTP turns that received a body
+                row["raw"] = b"".join(chunks)
+            return row
+
+        self.log._finish(self, values)
 
 
 def _error_json(error: BaseException) -> dict[str, str]:
