@@ -23,7 +23,7 @@ from . import schema as _schema  # noqa: F401 - installs what set_output_schema 
 from ._lazy import lazy_names as _lazy_names
 from ._version import __version__ as __version__
 from .client import CucaClient as CucaClient
-from .client import ResponseFuture as ResponseFuture
+from .client import PendingResponse as PendingResponse
 from .client import Timeouts as Timeouts
 from .errors import AuthenticationError as AuthenticationError
 from .errors import BudgetExceeded as BudgetExceeded

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .admission import TurnAdmission, TurnGate, TurnReplay
     from .retry import RetryPolicy
 
-__all__ = ["CucaClient", "ResponseFuture", "Timeouts"]
+__all__ = ["CucaClient", "PendingResponse", "Timeouts"]
 
 
 @attrs.frozen
@@ -104,8 +104,11 @@ def _require_trio() -> None:
         )
 
 
-class ResponseFuture:
-    """The :class:`UnifiedResponse` of a turn that is still streaming."""
+class PendingResponse:
+    """The :class:`UnifiedResponse` of a turn that is still streaming, read once it has
+    ended: ``value`` is ``None`` until the stream has ended cleanly. Not a future that can
+    be awaited: the response exists only once the stream has been read to its end, in
+    the task that reads it."""
 
     def __init__(self, stream: ResponseStream) -> None:
         self._stream = stream
@@ -397,11 +400,11 @@ class CucaClient:
         *,
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
-    ) -> AsyncIterator[tuple[ResponseStream, ResponseFuture]]:
+    ) -> AsyncIterator[tuple[ResponseStream, PendingResponse]]:
         """Like :meth:`generate_stream`, also giving a handle on the response, which is
         filled once the stream has ended."""
         async with self.generate_stream(request, stages=stages, retry=retry) as stream:
-            yield stream, ResponseFuture(stream)
+            yield stream, PendingResponse(stream)
 
     async def generate(
         self,

@@ -336,6 +336,12 @@ class PluginError(CucaError):
     def __repr__(self) -> str:
         return f"PluginError({self.plugin!r}, {self.message!r})"
 
+    @classmethod
+    def hook_failed(cls, plugin: str, hook: str, exc: BaseException) -> PluginError:
+        """The error of ``plugin``'s ``hook`` raising ``exc``: ``<hook> failed: <Type>:
+        <message>``, the one wording every hook's failure has."""
+        return cls(plugin, f"{hook} failed: {type(exc).__name__}: {exc}")
+
 
 class OutputValidationError(CucaError):
     """The answer to a request with an output schema is not JSON, does not validate

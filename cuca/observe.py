@@ -58,7 +58,7 @@ class _Watch:
                 try:
                     observer = self.context.run(plugin.observe, request)
                 except Exception as exc:
-                    raise _failed(plugin.name, "observe", exc) from exc
+                    raise PluginError.hook_failed(plugin.name, "observe", exc) from exc
                 if observer is not None:
                     self.observers.append((plugin.name, observer))
             self.raw = [pair for pair in self.observers if pair[1].raw]
@@ -78,13 +78,9 @@ class _Watch:
             try:
                 observer.on_end(end)
             except Exception as exc:
-                failure = failure or _failed(name, "on_end", exc)
+                failure = failure or PluginError.hook_failed(name, "on_end", exc)
         if failure is not None and end.status != "cancelled":
             state.fail(failure)
-
-
-def _failed(name: str, hook: str, exc: Exception) -> PluginError:
-    return PluginError(name, f"{hook} failed: {type(exc).__name__}: {exc}")
 
 
 def _starting(watch: _Watch) -> Chained[Any, Any]:
@@ -110,7 +106,7 @@ def _raw_tap(watch: _Watch) -> Chained[Any, Any]:
                 try:
                     observer.on_raw(chunks)
                 except Exception as exc:
-                    raise _failed(name, "on_raw", exc) from exc
+                    raise PluginError.hook_failed(name, "on_raw", exc) from exc
             await self.out.send(batch)
 
     return Chained(ObserveRaw)
@@ -128,7 +124,7 @@ def _ending(watch: _Watch) -> Chained[Any, Any]:
                 try:
                     observer.on_items(items)
                 except Exception as exc:
-                    raise _failed(name, "on_items", exc) from exc
+                    raise PluginError.hook_failed(name, "on_items", exc) from exc
             await self.out.send(batch)
 
     return Chained(ObserveItems)

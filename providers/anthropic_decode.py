@@ -40,7 +40,7 @@ from cuca.types import (
 )
 
 from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, stream_error, tool_arguments
+from .decoding import Shape, decode_frame, stream_error, streamed_arguments
 
 __all__ = ["AnthropicDecoder"]
 
@@ -267,7 +267,7 @@ class AnthropicDecoder(StreamDecoder):
         initial = opened.initial_input
         parsed: dict[str, Any] | None
         if raw.strip():
-            parsed = None if opened.malformed else tool_arguments(raw)
+            parsed = None if opened.malformed else streamed_arguments(raw)
         elif initial is None or isinstance(initial, dict):
             parsed = initial or {}
         else:

@@ -37,7 +37,7 @@ __all__ = [
     "json_body",
     "loads_json",
     "stream_error",
-    "tool_arguments",
+    "streamed_arguments",
 ]
 
 T = TypeVar("T")
@@ -131,9 +131,12 @@ def _drop(value: Any, error: str) -> bool:
     return True
 
 
-def tool_arguments(raw: str) -> dict[str, Any] | None:
-    """The arguments of a tool call from their streamed JSON text: a JSON object, ``{}``
-    for empty text, ``None`` for anything else (not JSON, not an object, absurdly deep)."""
+def streamed_arguments(raw: str) -> dict[str, Any] | None:
+    """The arguments of a streamed tool call from their JSON text: a JSON object, ``{}``
+    for empty text (a call sent no argument fragment), ``None`` for anything else (not
+    JSON, not an object, absurdly deep), which the decoder reports as a
+    ``ToolCallError``. Not :func:`cuca.types.tool_arguments`, the rule of a ``ToolCall``
+    built by a user (seed 000), which refuses what it cannot take."""
     text = raw.strip()
     if not text:
         return {}
@@ -153,7 +156,7 @@ def finished_call(
     if not name:
         message = f"malformed tool call: no function name: {raw}"
         return ToolCallError(provider, message, tool_call_id=call_id, raw=raw)
-    arguments = tool_arguments(raw)
+    arguments = streamed_arguments(raw)
     if arguments is None:
         message = f"malformed tool call: {raw}"
         return ToolCallError(provider, message, tool_call_id=call_id, name=name, raw=raw)

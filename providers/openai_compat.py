@@ -4,8 +4,11 @@ copy it (DeepSeek's native route and llama.cpp's chat route build on this module
 One adapter serves them all; what differs between servers is a :class:`Dialect`, a small
 frozen record of facts (how thinking is requested, which token-limit key the server
 reads...). A server of the provider table gets its dialect from its entry's ``chat``
-(:mod:`cuca.providers.table`), so adding one is a table entry and no code here. The
-stream decoder lives in :mod:`.openai_decode`.
+(:mod:`cuca.providers.table`), so a server whose differences are all dialect facts is a
+table entry and no code here. A server that needs code of its own builds on this module
+instead: DeepSeek's thinking and reasoning echo (:mod:`.deepseek`), llama.cpp's routes
+(:mod:`.llamacpp`). The adapter factory is :mod:`.openai_family` and the stream decoder
+:mod:`.openai_decode`.
 """
 
 from __future__ import annotations

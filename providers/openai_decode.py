@@ -60,9 +60,6 @@ def chat_error_message(body: str) -> str | None:
     return None
 
 
-# -- response ------------------------------------------------------------------------
-
-
 # -- the chunk's shape (wire.md 1.2, 2, 3, 4, 6, 11) -----------------------------------
 
 
@@ -120,7 +117,7 @@ _NO_DETAILS = _TokenDetails()
 _NO_FUNCTION = _Function()
 
 
-# -- response ------------------------------------------------------------------------
+# -- decoding a response -------------------------------------------------------------
 
 
 class _PendingCall:

@@ -19,10 +19,6 @@ from .chain import Chained, Step, passthrough
 __all__ = ["chunk_hooks_stage", "request_hooks_stage"]
 
 
-def _plugin_error(plugin: CucaPlugin, hook: str, exc: Exception) -> PluginError:
-    return PluginError(plugin.name, f"{hook} failed: {type(exc).__name__}: {exc}")
-
-
 def request_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[UnifiedRequest, UnifiedRequest]:
     """Run every plugin's ``on_request`` in order; an error aborts the turn."""
     hooked = [p for p in plugins if overrides(p, "on_request")]
@@ -37,7 +33,7 @@ def request_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[UnifiedRequest
                     try:
                         request = await plugin.on_request(request)
                     except Exception as exc:
-                        raise _plugin_error(plugin, "on_request", exc) from exc
+                        raise PluginError.hook_failed(plugin.name, "on_request", exc) from exc
                     if not isinstance(request, UnifiedRequest):
                         raise PluginError(plugin.name, "on_request must return a request")
                 out.append(request)
@@ -60,7 +56,7 @@ def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[Any, Any]:
             try:
                 item = await plugin.on_stream_chunk(item)
             except Exception as exc:
-                out.append(_plugin_error(plugin, "on_stream_chunk", exc))
+                out.append(PluginError.hook_failed(plugin.name, "on_stream_chunk", exc))
                 return
             if item is None:
                 return
@@ -72,7 +68,7 @@ def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[Any, Any]:
             try:
                 await plugin.on_response_complete(response)
             except Exception as exc:
-                out.append(_plugin_error(plugin, "on_response_complete", exc))
+                out.append(PluginError.hook_failed(plugin.name, "on_response_complete", exc))
         out.append(end)
 
     class ChunkHooks(Step[Any, Any]):

@@ -23,7 +23,7 @@ from cuca.providers.decoding import (
     decode_frame,
     json_body,
     stream_error,
-    tool_arguments,
+    streamed_arguments,
 )
 from cuca.providers.gemini_decode import GeminiDecoder
 from cuca.providers.openai_decode import ChatCompletionsDecoder
@@ -32,11 +32,11 @@ from cuca.stages import SseEvent
 
 
 def test_decoding_tool_arguments_one_rule() -> None:
-    assert tool_arguments("") == {} == tool_arguments("  ")
-    assert tool_arguments('{"city": "Paris"}') == {"city": "Paris"}
-    assert tool_arguments('{"city": ') is None
-    assert tool_arguments("[1, 2]") is None
-    assert tool_arguments("[" * 100_000) is None  # hostile nesting
+    assert streamed_arguments("") == {} == streamed_arguments("  ")
+    assert streamed_arguments('{"city": "Paris"}') == {"city": "Paris"}
+    assert streamed_arguments('{"city": ') is None
+    assert streamed_arguments("[1, 2]") is None
+    assert streamed_arguments("[" * 100_000) is None  # hostile nesting
 
 
 def test_decoding_json_body_unwraps_gemini_lists() -> None:

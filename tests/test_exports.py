@@ -109,7 +109,7 @@ CUCA = {
     "ProviderEndpoint",
     "RedactRequest",
     "ProviderError",
-    "ResponseFuture",
+    "PendingResponse",
     "ResponseStream",
     "RetryPolicy",
     "SessionLog",
