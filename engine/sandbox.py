@@ -187,6 +187,14 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+def _safe(value: Any) -> str:
+    """``safe`` as llama.cpp's renderer has it: the value as plain text. jinja2's marks
+    it as Markup, and Markup escapes what is joined to it (functionary v3.1 writes
+    ``"..."|safe + tool | tojson``, whose JSON came out as ``&#34;name&#34;``); nothing
+    is escaped when no autoescaping is on, so the mark is all it would change."""
+    return str(value)
+
+
 def _make_tojson(limits: Limits) -> Callable[..., str]:
     def tojson(
         value: Any,
@@ -400,6 +408,18 @@ class _GenerationTag(Extension):
 # -- the environment -------------------------------------------------------------------
 
 
+class _Undefined(Undefined):
+    """An undefined value as llama.cpp's renderer treats it beside a string: the empty
+    string (Command R+ writes ``'): ' + param_fields.description`` for a parameter
+    without a description). Every other use still fails, as in jinja2."""
+
+    def __add__(self, other: Any) -> Any:
+        return other if isinstance(other, str) else super().__add__(other)
+
+    def __radd__(self, other: Any) -> Any:
+        return other if isinstance(other, str) else super().__radd__(other)
+
+
 class ChatSandbox(SandboxedEnvironment):
     """A jinja2 sandbox configured like HF's chat-template environment, but bounded."""
 
@@ -412,6 +432,7 @@ class ChatSandbox(SandboxedEnvironment):
             trim_blocks=True,
             lstrip_blocks=True,
             extensions=[jinja2.ext.loopcontrols, _GenerationTag],
+            undefined=_Undefined,
         )
         self.limits = limits or Limits()
         self.clock = clock or datetime.now
@@ -420,7 +441,7 @@ class ChatSandbox(SandboxedEnvironment):
         self.globals.update(
             range=self._range, raise_exception=_raise_exception, strftime_now=self._strftime_now
         )
-        self.filters.update(tojson=_make_tojson(self.limits), from_json=_from_json)
+        self.filters.update(tojson=_make_tojson(self.limits), from_json=_from_json, safe=_safe)
         for name, func in list(self.filters.items()):
             self.filters[name] = _guard_filter(name, func)
         self.filters.update(_HOOKS)

@@ -34,7 +34,7 @@ from cuca.types import (
 
 from .families import Family, detect_family, ends_in_reasoning, find_markers
 from .formats import Capabilities, OutputFormat, RenderedTurn, ToolSyntax
-from .llamacpp_compat import SYSTEM_PROBE, extra_variables, fold_system
+from .llamacpp_compat import SYSTEM_PROBE, extra_variables, fold_system, message_adjuster
 from .sandbox import ChatSandbox, Limits
 
 __all__ = ["ChatTemplate", "ToolArguments", "template_variables", "thinking_enabled"]
@@ -56,18 +56,24 @@ class ToolArguments(dict[str, Any]):
 
     It is a plain ``dict`` to the template (``is mapping``, ``| tojson``, ``.items()``),
     but a template written for string arguments (``'...' + arguments``, as in
-    functionary v3.2) gets the object's JSON text instead of a type error.
+    functionary v3.2) gets the object's compact JSON text, as llama.cpp writes it,
+    instead of a type error.
     """
 
     def __add__(self, other: Any) -> Any:
         if isinstance(other, str):
-            return json.dumps(self, ensure_ascii=False) + other
+            return self.text() + other
         return NotImplemented
 
     def __radd__(self, other: Any) -> Any:
         if isinstance(other, str):
-            return other + json.dumps(self, ensure_ascii=False)
+            return other + self.text()
         return NotImplemented
+
+    def text(self) -> str:
+        """The object as llama.cpp writes it where a template joins it to a string:
+        compact JSON, ``{"city":"Rome"}``."""
+        return json.dumps(self, ensure_ascii=False, separators=(",", ":"))
 
 
 def _arguments(call: ToolCall) -> ToolArguments:
@@ -225,6 +231,7 @@ class ChatTemplate:
         self.family: Family = detect_family(source)
         self._capabilities: Capabilities | None = None
         self._system_role: bool | None = None
+        self._adjust = message_adjuster(source)
 
     def __repr__(self) -> str:
         return f"<ChatTemplate family={self.family.name} {len(self.source)} chars>"
@@ -247,7 +254,9 @@ class ChatTemplate:
         variables.update(extra_variables(self.reads, now, variables.get("tools")))
         messages = variables["messages"]
         if fold and any(m["role"] == "system" for m in messages) and not self.has_system_role():
-            variables["messages"] = fold_system(messages)
+            variables["messages"] = messages = fold_system(messages)
+        if self._adjust is not None:
+            variables["messages"] = self._adjust(messages)
         return variables
 
     def has_system_role(self) -> bool:

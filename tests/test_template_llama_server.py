@@ -25,7 +25,7 @@ import pytest
 from support.corpus import TEMPLATES, corpus_params, template_corpus
 from support.llama_server import running_llama_server
 
-from cuca import TemplateError, UnifiedRequest
+from cuca import ProviderEndpoint, TemplateError, Thinking, ToolCall, UnifiedRequest
 from cuca.engine.template import ChatTemplate
 
 pytestmark = pytest.mark.slow
@@ -43,6 +43,59 @@ REQUEST = (
     .add_assistant_message("4.")
     .add_user_message("And 3+3?")
 )
+# A tool conversation with thinking on (issue 29 §5): a system message, a question, an
+# assistant turn with reasoning and a call to a declared tool, its result, a follow-up.
+# The arguments go to llama.cpp as an object: seed 000, "Tool call arguments stay JSON
+# objects".
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather for a city",
+            "parameters": WEATHER,
+        },
+    }
+]
+REASONING = "I should call get_weather for Rome."
+TOOL_CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather in Rome?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": REASONING,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Rome"}},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature_c": 22}'},
+    {"role": "user", "content": "And in Paris?"},
+]
+TOOL_REQUEST = (
+    UnifiedRequest.new("m")
+    .add_system_message("You are terse.")
+    .add_user_message("Weather in Rome?")
+    .add_assistant_message(
+        [
+            Thinking(REASONING, provider=ProviderEndpoint.LOCAL),
+            ToolCall("call_1", "get_weather", {"city": "Rome"}),
+        ]
+    )
+    .add_tool_result("call_1", '{"temperature_c": 22}')
+    .add_user_message("And in Paris?")
+)
+TOOL_MODES = [(tools, thinking) for tools in (True, False) for thinking in (False, True)]
+# FireFunction v2 reads its tools from `functions` only. This llama-server no longer
+# passes that variable (llama.cpp dropped its FireFunction handler), so its prompt shows
+# an empty line where the tools belong and the model cannot see them; cuca passes them,
+# as seed 000's "tools reaches the template" means (docs/local-models.md).
+FUNCTIONS_DIFFER = {"fireworks-ai-llama-3-firefunction-v2.jinja"}
 LEAN = ["--jinja", "--no-warmup", "-c", "256", "--fit", "off"]
 SEED_VARIABLES = ["--no-reasoning-preserve"]
 # Seed 000: "A disabled or missing thinking sets both to false." Kimi K3 reads `thinking`
@@ -72,6 +125,15 @@ def llama_render(name: str, flags: Sequence[str]) -> Rendered:
             body = {"messages": CONVERSATION, "chat_template_kwargs": {"enable_thinking": thinking}}
             reply = httpx.post(f"{server.url}/apply-template", json=body, timeout=60)
             out[str(thinking)] = reply.json()["prompt"] if reply.status_code == 200 else None
+        for tools, thinking in TOOL_MODES:
+            body = {
+                "messages": TOOL_CONVERSATION,
+                "chat_template_kwargs": {"enable_thinking": thinking},
+                **({"tools": TOOLS} if tools else {}),
+            }
+            reply = httpx.post(f"{server.url}/apply-template", json=body, timeout=60)
+            prompt = reply.json()["prompt"] if reply.status_code == 200 else None
+            out[f"tools={tools} thinking={thinking}"] = prompt
     return out
 
 
@@ -119,6 +181,37 @@ def test_template_renders_as_llama_cpp(
         assert cuca_render(template, variables) != theirs
         del variables["thinking"]  # what llama.cpp passes instead
     assert cuca_render(template, variables) == theirs
+
+
+@pytest.mark.parametrize(("tools", "thinking"), TOOL_MODES)
+@pytest.mark.parametrize("name", corpus_params())
+def test_template_renders_a_tool_conversation_as_llama_cpp(
+    llama_cpp: dict[str, Rendered], name: str, tools: bool, thinking: bool
+) -> None:
+    """A tool conversation with reasoning (issue 29 §5), tools declared or not, thinking
+    on or off: the prompt is llama.cpp's, including what its handlers reshape (gpt-oss's
+    analysis channel of the tool-calling turn, Gemma 4's tool_responses, functionary's
+    plain-text JSON). A template llama.cpp refuses for it, cuca refuses too."""
+    rendered = llama_cpp[name]
+    template = ours(name, rendered)
+    request = TOOL_REQUEST.set_thinking(thinking)
+    if tools:
+        request = request.add_tool("get_weather", "Get the weather for a city", WEATHER)
+    variables = template.variables(request)
+    theirs = rendered[f"tools={tools} thinking={thinking}"]
+    if (name, thinking) in SEED_THINKING:
+        del variables["thinking"]  # what llama.cpp passes instead (see above)
+    mine = cuca_render(template, variables)
+    if tools and name in FUNCTIONS_DIFFER:
+        assert theirs is not None and mine is not None
+        assert mine == theirs.replace(
+            "JSON spec:\n\n", "JSON spec:\n" + variables["functions"] + "\n"
+        )
+        return
+    if theirs is None:
+        assert mine is None, f"llama.cpp refused {name}, cuca rendered it"
+        return
+    assert mine == theirs
 
 
 @pytest.mark.parametrize("name", PRESERVING)
