@@ -50,7 +50,7 @@ def model_path() -> str:
 def cuca_side(with_grammar: bool) -> Callable[[], tuple[int, str]]:
     from cuca import CucaClient, LocalModel, ProviderEndpoint, UnifiedRequest
 
-    model = LocalModel.load(model_path(), n_ctx=1024, n_threads=1)
+    model = LocalModel.load(model_path(), n_ctx=1024, n_threads=1, n_threads_batch=1)
     request = UnifiedRequest.new("smollm2").add_user_message(PROMPT).set_max_tokens(MAX_TOKENS)
     request = request.set_temperature(0)
     if with_grammar:
