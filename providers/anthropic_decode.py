@@ -41,6 +41,7 @@ from cuca.types import (
 
 from .base import Item, StreamDecoder, guarded_feed
 from .decoding import Shape, decode_frame, stream_error, streamed_arguments
+from .overflow import anthropic_overflow
 
 __all__ = ["AnthropicDecoder"]
 
@@ -152,7 +153,8 @@ class AnthropicDecoder(StreamDecoder):
         if kind == "error" or event.event == "error":
             frame = json.loads(event.data)
             error = frame.get("error") if isinstance(frame, dict) else None
-            raise stream_error(self.provider, _error_text(frame), error, event.data)
+            message = _error_text(frame)
+            raise stream_error(self.provider, message, error, event.data, anthropic_overflow)
         handler = self._handlers.get(kind)
         return handler(self, payload) if handler is not None else []
 

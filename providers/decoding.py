@@ -20,12 +20,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
 
-from cuca.errors import CucaError, JsonError, ProviderError, ToolCallError, http_status_error
+from cuca.errors import (
+    CucaError,
+    HttpContextOverflowError,
+    JsonError,
+    ProviderError,
+    ToolCallError,
+    http_status_error,
+)
 from cuca.types import ToolCall
 
 __all__ = [
@@ -206,18 +213,34 @@ STREAM_ERROR_STATUS: dict[str, int] = {
 """The HTTP status a vendor's error kind stands for, when it arrives inside a stream."""
 
 
-def stream_error(provider: str, message: str, error: Any, frame: str) -> CucaError:
+OverflowCheck = Callable[[int, str], Any]
+"""A vendor's ``overflow(status, body)`` of :mod:`.overflow`: an ``Overflow`` (with
+``limit`` and ``requested``) when the body says the prompt does not fit, else ``None``."""
+
+
+def stream_error(
+    provider: str, message: str, error: Any, frame: str, overflow: OverflowCheck | None = None
+) -> CucaError:
     """An error a server reported inside a 200 stream, as the kind its HTTP status would
     have been: :class:`~cuca.errors.ServerError` for an overloaded or failing server,
     :class:`~cuca.errors.RateLimitError` for a rate limit, the
     :class:`~cuca.errors.HttpStatusError` of its status for a bad request (``provider``
     set, ``body`` the frame). ``error`` is the vendor's error object: its integer
     ``code`` when it is an HTTP status (llama.cpp, vLLM, Gemini), else its ``type``,
-    ``code`` or ``status`` name (:data:`STREAM_ERROR_STATUS`). An error of no known kind
-    is a :class:`~cuca.errors.ProviderError`, as before."""
+    ``code`` or ``status`` name (:data:`STREAM_ERROR_STATUS`). A 4xx kind that
+    ``overflow`` recognises as "the prompt does not fit" is an
+    :class:`~cuca.errors.HttpContextOverflowError`, as the status would have been. An
+    error of no known kind is a :class:`~cuca.errors.ProviderError`, as before."""
     status = _implied_status(error)
     if status is None:
         return ProviderError(provider, message)
+    found = overflow(status, frame) if overflow is not None and 400 <= status < 500 else None
+    if found is not None:
+        exc = HttpContextOverflowError(
+            status, frame, message, limit=found.limit, requested=found.requested
+        )
+        exc.provider = provider
+        return exc
     return http_status_error(status, frame, message, provider=provider)
 
 

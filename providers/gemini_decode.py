@@ -41,6 +41,7 @@ from cuca.types import (
 
 from .base import Item, StreamDecoder, guarded_feed
 from .decoding import Shape, decode_frame, json_body, stream_error
+from .overflow import gemini_overflow
 
 __all__ = ["SYNTHETIC_ID", "GeminiDecoder", "new_call_id"]
 
@@ -113,7 +114,8 @@ class GeminiDecoder(StreamDecoder):
         if event.event == "error":
             raw = json_body(event.data)
             error = raw.get("error") if isinstance(raw, dict) else None
-            raise stream_error("gemini", _raw_error_text(event.data), error, event.data)
+            message = _raw_error_text(event.data)
+            raise stream_error("gemini", message, error, event.data, gemini_overflow)
         payload = decode_frame(_RESPONSE, event.data, "gemini")
         if isinstance(payload, list):
             if not payload:
@@ -121,7 +123,7 @@ class GeminiDecoder(StreamDecoder):
             payload = payload[0]
         if payload.error is not None:
             message = _error_text(payload.error, event.data)
-            raise stream_error("gemini", message, payload.error, event.data)
+            raise stream_error("gemini", message, payload.error, event.data, gemini_overflow)
         if payload.usage_metadata is not None:
             self._usage = payload.usage_metadata
         feedback = payload.prompt_feedback

@@ -277,7 +277,8 @@ class CompletionDecoder(StreamDecoder):
             return []
         frame = decode_frame(_FRAME, data, _PROVIDER)
         if frame.error:
-            raise stream_error(_PROVIDER, error_text(frame.error), frame.error, data)
+            message = error_text(frame.error)
+            raise stream_error(_PROVIDER, message, frame.error, data, chat_overflow)
         if frame.stop:
             self._finish_reason = _STOP_TYPES.get(str(frame.stop_type), "stop")
         if not frame.content:

@@ -38,6 +38,7 @@ from cuca.types import (
 
 from .base import Item, StreamDecoder, guarded_feed
 from .decoding import Shape, decode_frame, error_text, finished_call, json_body, stream_error
+from .overflow import chat_overflow
 
 __all__ = ["ChatCompletionsDecoder", "chat_error_message"]
 
@@ -175,7 +176,8 @@ class ChatCompletionsDecoder(StreamDecoder):
             return self._flush_calls()
         chunk = decode_frame(_CHUNK, data, self.provider)
         if chunk.error:
-            raise stream_error(self.provider, error_text(chunk.error), chunk.error, data)
+            message = error_text(chunk.error)
+            raise stream_error(self.provider, message, chunk.error, data, chat_overflow)
         items: list[Item] = []
         for choice in chunk.choices or ():
             if choice.index:  # only choice 0 is read (absent or null: it is choice 0)

@@ -40,6 +40,7 @@ from cuca.types import (
 
 from .base import Item, StreamDecoder, guarded_feed
 from .decoding import Shape, decode_frame, error_text, finished_call, stream_error
+from .overflow import chat_overflow
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
 
@@ -156,7 +157,8 @@ class ResponsesDecoder(StreamDecoder):
         if frame.type == "error":  # its fields vary: read from the whole frame
             whole = json.loads(event.data)
             error = (whole.get("error") or whole) if isinstance(whole, dict) else None
-            raise stream_error(self.provider, _error_event_text(whole), error, event.data)
+            message = _error_event_text(whole)
+            raise stream_error(self.provider, message, error, event.data, chat_overflow)
         handler = self._handlers.get(str(frame.type))
         if handler is None:
             return []
@@ -244,7 +246,7 @@ class ResponsesDecoder(StreamDecoder):
     def _failed(self, frame: _Event) -> list[Item]:
         error = (frame.response or _NO_RESPONSE).error
         message = _described(error) if error else "response failed"
-        raise stream_error(self.provider, message, error, self._data)
+        raise stream_error(self.provider, message, error, self._data, chat_overflow)
 
     _handlers: ClassVar[Mapping[str, _Handler]] = {
         "response.output_text.delta": _text,

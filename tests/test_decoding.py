@@ -11,6 +11,7 @@ import pytest
 from cuca import ProviderEndpoint, Text, Thinking, ToolCall, ToolCallError
 from cuca.errors import (
     AuthenticationError,
+    HttpContextOverflowError,
     HttpStatusError,
     JsonError,
     ProviderError,
@@ -284,8 +285,8 @@ def test_decoding_frame_full_of_wrong_types_is_refused_in_bounded_time() -> None
         ChatCompletionsDecoder("openai").feed(SseEvent(frame))
 
 
-def _anthropic(kind: str) -> str:
-    error = {"type": "error", "error": {"type": kind, "message": "m"}}
+def _anthropic(kind: str, message: str = "m") -> str:
+    error = {"type": "error", "error": {"type": kind, "message": message}}
     return "event: error\ndata: " + json.dumps(error)
 
 
@@ -309,6 +310,18 @@ IN_STREAM_ERRORS = [
     ("anthropic", _anthropic("rate_limit_error"), RateLimitError, 429),
     ("anthropic", _anthropic("invalid_request_error"), HttpStatusError, 400),
     ("anthropic", _anthropic("permission_error"), AuthenticationError, 403),
+    (
+        "anthropic",
+        _anthropic("invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"),
+        HttpContextOverflowError,
+        400,
+    ),
+    (
+        "openai",
+        _chat(type="invalid_request_error", code="context_length_exceeded"),
+        HttpContextOverflowError,
+        400,
+    ),
     ("openai", _chat(type="server_error", code=None), ServerError, 500),
     ("openai", _chat(type="tokens", code="rate_limit_exceeded"), RateLimitError, 429),
     ("openai", _chat(type="BadRequestError", code=400), HttpStatusError, 400),  # vLLM

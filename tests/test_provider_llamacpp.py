@@ -10,12 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.budget import examples
-from support.transcripts import decode_chunks, in_stream, transcript
+from support.transcripts import decode_chunks, error_frame, in_stream, transcript
 
 from cuca import (
     ConfigurationError,
+    ContextOverflowError,
     CucaClient,
-    HttpStatusError,
+    HttpContextOverflowError,
     ImageBase64,
     JsonError,
     PromptCacheUsage,
@@ -327,13 +328,12 @@ def test_llamacpp_completion_frames_after_stop_are_read() -> None:
 def test_llamacpp_completion_error_frame_ends_the_stream() -> None:
     out = decode_chunks(CompletionDecoder(), [transcript("llama_cpp/completion_error")])
     assert out.items == [Text(" Paris")]
-    # "code": 400, "type": "exceed_context_size_error": what the status would have been
-    assert out.error == in_stream(
-        "llama_cpp/completion_error",
-        400,
-        "the request exceeds the available context size, try increasing it",
-    )
-    assert type(out.error) is HttpStatusError
+    # "code": 400, "type": "exceed_context_size_error": what the status would have been,
+    # an HttpContextOverflowError with the window and the prompt's size
+    message = "the request exceeds the available context size, try increasing it"
+    frame = error_frame("llama_cpp/completion_error")
+    assert out.error == HttpContextOverflowError(400, frame, message, limit=4096, requested=6009)
+    assert isinstance(out.error, ContextOverflowError) and out.error.provider == "llama_cpp"
 
 
 @pytest.mark.parametrize("bad", [b"data: {oops\n\n", b"data: [1, 2]\n\n", b"data: 42\n\n"])
