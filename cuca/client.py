@@ -85,6 +85,22 @@ def _check_client(provider: object, base_url: object) -> None:
             )
 
 
+def _from_environment(
+    provider: ProviderEndpoint, base_url: str | Sequence[str] | None, api_key: str | None
+) -> tuple[str | Sequence[str] | None, str | None]:
+    """The base URL and key not given, from the vendor's own variables (declared per
+    endpoint in :mod:`cuca.providers.table`); what was given always wins, and
+    ``api_key=""`` stays "no key"."""
+    from cuca.providers.table import env_base_url, env_key
+
+    if base_url is None or base_url == "":
+        base_url = env_base_url(provider.kind) or base_url
+        _check_client(provider, base_url)
+    if api_key is None:
+        api_key = env_key(provider.kind)
+    return base_url, api_key
+
+
 def _require_trio() -> None:
     """Refuse to start a turn outside trio, with what to do instead.
 
@@ -167,9 +183,11 @@ class CucaClient:
 
         _check_client(provider, base_url)
         self.provider = provider
+        if base_url is None or base_url == "" or api_key is None:
+            base_url, api_key = _from_environment(provider, base_url, api_key)
         urls = None if base_url is None or isinstance(base_url, str) else tuple(base_url)
         self.base_url = urls[0] if urls else base_url if isinstance(base_url, str) else None
-        self._api_key = api_key
+        self._api_key = api_key or None  # "": no key, whatever the environment says
         self.plugins = tuple(plugins)
         self.timeouts = _timeouts(timeout)
         self.provider_config = provider_config
@@ -201,7 +219,7 @@ class CucaClient:
             client = CucaClient(
                 self.provider,
                 base_url=url,
-                api_key=self._api_key,
+                api_key=self._api_key or "",  # what the pool resolved, env included
                 plugins=self.plugins,
                 timeout=self.timeouts,
                 provider_config=self.provider_config,

@@ -43,6 +43,7 @@ from .anthropic_decode import AnthropicDecoder
 from .base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder
 from .output_format import anthropic_format, refuse
 from .overflow import Overflow, anthropic_overflow
+from .table import missing_key_hint
 from .whole_response import anthropic_events, for_request
 
 __all__ = [
@@ -118,12 +119,15 @@ class _Dialect:
 
 
 ANTHROPIC = _Dialect(
-    ProviderEndpoint.ANTHROPIC, "anthropic", "anthropic requires an api key", bridge=False
+    ProviderEndpoint.ANTHROPIC,
+    "anthropic",
+    f"anthropic requires an api key: {missing_key_hint('anthropic')}",
+    bridge=False,
 )
 DEEPSEEK_BRIDGE = _Dialect(
     ProviderEndpoint.DEEPSEEK,
     "deepseek",
-    "deepseek anthropic bridge requires an api key",
+    f"deepseek anthropic bridge requires an api key: {missing_key_hint('deepseek')}",
     bridge=True,
 )
 

@@ -41,6 +41,7 @@ from .framing import JsonOrSse
 from .gemini_decode import SYNTHETIC_ID, GeminiDecoder
 from .output_format import gemini_fields
 from .overflow import Overflow, gemini_overflow
+from .table import missing_key_hint
 from .whole_response import for_request, gemini_events
 
 __all__ = ["GeminiAdapter", "GeminiFramer", "make_gemini"]
@@ -85,7 +86,8 @@ class GeminiAdapter(ProviderAdapter):
 
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         if self.key_required and not self._api_key:
-            raise ConfigurationError("gemini requires an api key")
+            hint = missing_key_hint("google_gemini")
+            raise ConfigurationError(f"gemini requires an api key: {hint}")
         model = request.model.removeprefix("models/")
         method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
         url = f"{self.base_url}/v1beta/models/{model}:{method}"

@@ -41,7 +41,7 @@ from .decoding import error_text
 from .openai_decode import ChatCompletionsDecoder, chat_error_message
 from .output_format import chat_response_format, json_object_instruction
 from .overflow import Overflow, chat_overflow
-from .table import endpoint_info
+from .table import endpoint_info, missing_key_hint
 from .whole_response import chat_events, for_request
 
 __all__ = [
@@ -243,7 +243,8 @@ def require_key(dialect: Dialect, url: str, api_key: str | None) -> None:
     """Refuse, before any I/O, to call the vendor's own host without a key."""
     key_host = dialect.key_host
     if api_key is None and key_host and urlsplit(url).hostname == key_host:
-        raise ConfigurationError(f"{dialect.name} requires an API key at {key_host}")
+        hint = missing_key_hint(dialect.endpoint.kind)
+        raise ConfigurationError(f"{dialect.name} requires an API key at {key_host}: {hint}")
 
 
 def bearer_headers(api_key: str | None, stream: bool = True) -> dict[str, str]:

@@ -16,6 +16,7 @@ table).
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
@@ -31,7 +32,10 @@ __all__ = [
     "EndpointInfo",
     "by_cli_name",
     "endpoint_info",
+    "env_base_url",
+    "env_key",
     "import_path",
+    "missing_key_hint",
 ]
 
 CHAT_ADAPTER = "cuca.providers.openai_family:make_chat"
@@ -58,8 +62,10 @@ class EndpointInfo:
     ``kind`` is ``ProviderEndpoint.kind``; ``cli_name`` what ``cuca chat --provider``
     takes; ``adapter`` the ``"module:factory"`` that builds its adapter (``None`` for the
     in-process engine); ``config`` the ``"module:Class"`` of each ``provider_config``
-    type it takes (none: it takes none); ``key_env`` the variables the command reads its key
-    from, first set wins; ``key_always`` whether it refuses to send without a key
+    type it takes (none: it takes none); ``key_env`` the variables its key is read from
+    when none is given, first set wins (the vendor SDK's own names; the client and the
+    command both read this list); ``base_url_env`` likewise for the base URL, where the
+    vendor's SDK reads one; ``key_always`` whether it refuses to send without a key
     whatever the URL (the others need one only at the vendor's own host);
     ``default_model`` the command's default; ``docs`` its page under ``docs/providers/``;
     ``chat`` the dialect of an OpenAI-compatible server served by the generic
@@ -74,6 +80,7 @@ class EndpointInfo:
     base_url: str | None = None
     config: tuple[str, ...] = ()
     key_env: tuple[str, ...] = ()
+    base_url_env: tuple[str, ...] = ()
     key_always: bool = False
     default_model: str | None = None
     docs: str | None = None
@@ -87,6 +94,7 @@ def chat_server(
     dialect: ChatDialect | None = None,
     *,
     key_env: tuple[str, ...] = (),
+    base_url_env: tuple[str, ...] = (),
     default_model: str | None = None,
 ) -> EndpointInfo:
     """The entry of an OpenAI-compatible server: the ``/chat/completions`` adapter in
@@ -101,6 +109,7 @@ def chat_server(
         base_url=base_url,
         config=(_OPENAI_CONFIG,),
         key_env=key_env,
+        base_url_env=base_url_env,
         default_model=default_model,
         docs=f"{kind.replace('_', '-')}.md",
         chat=dialect or {},
@@ -114,6 +123,7 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         "https://api.openai.com/v1",
         {"max_tokens_field": "max_completion_tokens", "key_host": "api.openai.com"},
         key_env=("OPENAI_API_KEY",),
+        base_url_env=("OPENAI_BASE_URL",),
         default_model="gpt-4o-mini",
     ),
     EndpointInfo(
@@ -125,6 +135,7 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         base_url="https://api.anthropic.com/v1",
         config=("cuca.providers.anthropic:AnthropicConfig",),
         key_env=("ANTHROPIC_API_KEY",),
+        base_url_env=("ANTHROPIC_BASE_URL",),
         key_always=True,
         default_model="claude-sonnet-4-5",
         docs="anthropic.md",
@@ -193,6 +204,38 @@ def _lookup() -> _Index:
 def endpoint_info(kind: str) -> EndpointInfo | None:
     """The entry of the endpoint ``kind`` (``ProviderEndpoint.kind``), if built in."""
     return _lookup()[1].get(kind)
+
+
+def _first_set(names: tuple[str, ...], env: Mapping[str, str] | None) -> str | None:
+    """The value of the first of ``names`` set in ``env`` (an empty value is unset)."""
+    values = os.environ if env is None else env
+    for name in names:
+        if value := values.get(name, "").strip():
+            return value
+    return None
+
+
+def env_key(kind: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The key of endpoint ``kind`` from the vendor's own variable (``OPENAI_API_KEY``,
+    ``GEMINI_API_KEY`` then ``GOOGLE_API_KEY``...) in ``env`` (the process environment
+    when ``None``); ``None`` when none is set or the endpoint declares none."""
+    info = endpoint_info(kind)
+    return None if info is None else _first_set(info.key_env, env)
+
+
+def env_base_url(kind: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The base URL of endpoint ``kind`` from the variable its vendor's SDK reads
+    (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``), if set."""
+    info = endpoint_info(kind)
+    return None if info is None else _first_set(info.base_url_env, env)
+
+
+def missing_key_hint(kind: str) -> str:
+    """What to do about a missing key, naming the variables: ``"pass api_key= or set
+    OPENAI_API_KEY"`` (just ``"pass api_key="`` for an endpoint that declares none)."""
+    info = endpoint_info(kind)
+    names = () if info is None else info.key_env
+    return "pass api_key=" + (f" or set {' or '.join(names)}" if names else "")
 
 
 def import_path(target: str) -> Any:

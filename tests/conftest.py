@@ -13,6 +13,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import support.budget  # noqa: F401  (loads the Hypothesis profile chosen by the environment)
 
 
+@pytest.fixture(autouse=True)
+def _no_vendor_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vendors' key and base URL variables unset (a client reads them when no key is
+    given): a developer's own OPENAI_API_KEY never reaches a test's servers."""
+    from cuca.providers.table import ENDPOINTS
+
+    for info in ENDPOINTS:
+        for name in (*info.key_env, *info.base_url_env):
+            monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_engine_thread() -> Iterator[None]:
     """Threads pinned: a model loaded in the tests runs one thread for every step unless

@@ -107,7 +107,10 @@ def test_anthropic_encode_bearer_token_alone_is_enough() -> None:
 def test_anthropic_encode_missing_key_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError) as info:
         make_anthropic(ClientSettings(ANTHROPIC)).encode(REQUEST)
-    assert str(info.value) == "configuration error: anthropic requires an api key"
+    assert str(info.value) == (
+        "configuration error: anthropic requires an api key: "
+        "pass api_key= or set ANTHROPIC_API_KEY"
+    )
 
 
 def test_anthropic_encode_minimal_body() -> None:

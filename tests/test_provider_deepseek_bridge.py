@@ -69,7 +69,9 @@ def test_deepseek_bridge_requires_an_api_key() -> None:
     adapter = make_deepseek_bridge(ClientSettings(DEEPSEEK, base_url=BRIDGE_URL))
     with pytest.raises(ConfigurationError) as info:
         adapter.encode(REQUEST)
-    assert info.value.message == "deepseek anthropic bridge requires an api key"
+    assert info.value.message == (
+        "deepseek anthropic bridge requires an api key: pass api_key= or set DEEPSEEK_API_KEY"
+    )
 
 
 @pytest.mark.parametrize(

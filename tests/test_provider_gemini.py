@@ -122,7 +122,10 @@ def test_gemini_encode_strips_models_prefix_and_trailing_slash() -> None:
 def test_gemini_encode_missing_key_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError) as info:
         make_gemini(ClientSettings(GEMINI)).encode(REQUEST)
-    assert str(info.value) == "configuration error: gemini requires an api key"
+    assert str(info.value) == (
+        "configuration error: gemini requires an api key: "
+        "pass api_key= or set GEMINI_API_KEY or GOOGLE_API_KEY"
+    )
 
 
 def test_gemini_encode_minimal_body() -> None:

@@ -309,11 +309,15 @@ def test_a_key_is_still_sent_to_a_gateway_when_set() -> None:
     assert make_gemini(gemini).encode(REQUEST).headers["x-goog-api-key"] == "g"
 
 
+ANTHROPIC_HINT = "pass api_key= or set ANTHROPIC_API_KEY"
+GEMINI_HINT = "pass api_key= or set GEMINI_API_KEY or GOOGLE_API_KEY"
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (ClientSettings(ANTHROPIC), "anthropic requires an api key"),
-        (ClientSettings(GEMINI), "gemini requires an api key"),
+        (ClientSettings(ANTHROPIC), f"anthropic requires an api key: {ANTHROPIC_HINT}"),
+        (ClientSettings(GEMINI), f"gemini requires an api key: {GEMINI_HINT}"),
     ],
 )
 def test_without_a_base_url_the_key_stays_required(settings: ClientSettings, message: str) -> None:

@@ -2,7 +2,8 @@
 
 ``cuca chat [PROMPT]`` streams one turn (or runs an interactive session) through a
 :class:`~cuca.CucaClient`; ``cuca models inspect PATH`` reads a GGUF file's metadata.
-The command is the only part of cuca that reads environment variables. See
+The command reads its own ``CUCA_*`` variables; vendor keys come from the provider
+table's names, as in the library. See
 ``docs/cli.md``.
 
 Modules: :mod:`.options` (the parser), :mod:`.config` (flags and environment to

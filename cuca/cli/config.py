@@ -1,7 +1,8 @@
 """From flags and environment to one resolved chat configuration.
 
-The library reads no environment variable; the command does, here and nowhere else.
-A flag wins over ``CUCA_*`` variables, which win over the defaults; API keys come from
+The command reads its own ``CUCA_*`` variables here; API keys come from the vendor's
+variables named in the provider table, the same list the library reads. A flag
+wins over ``CUCA_*`` variables, which win over the defaults; API keys come from
 ``--api-key`` or the vendor's own variable. Every inconsistency is a :class:`CliError`
 with exit status 2, raised before any model is loaded or any byte is sent.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 import attrs
 
 from cuca.errors import ConfigurationError
-from cuca.providers.table import ENDPOINTS, endpoint_info
+from cuca.providers.table import ENDPOINTS, endpoint_info, env_key
 from cuca.types import ProviderEndpoint, ThinkingConfig, ThinkingEffort
 
 from .options import PROVIDER_NAMES
@@ -171,9 +172,8 @@ def _api_key(
         return str(args.api_key)
     kind = provider.kind
     names = API_KEY_ENV.get(kind, ())
-    for name in names:
-        if (value := _env(env, name)) is not None:
-            return value
+    if (value := env_key(kind, env)) is not None:
+        return value
     if names and (kind in _KEY_ALWAYS or base_url is None):
         wanted = " or ".join(names)
         raise CliError(f"{_name(provider)} needs an API key: set {wanted} or pass --api-key")
