@@ -56,6 +56,7 @@ from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks
 from .types import AnthropicThinkingParams as AnthropicThinkingParams
 from .types import Block as Block
+from .types import CompactionReport as CompactionReport
 from .types import GeminiThinkingParams as GeminiThinkingParams
 from .types import ImageBase64 as ImageBase64
 from .types import MessageRole as MessageRole
@@ -82,6 +83,7 @@ from .types import UnifiedResponse as UnifiedResponse
 
 if _typing.TYPE_CHECKING:
     from .cache import ResponseCache as ResponseCache
+    from .context import Compactor as Compactor
     from .convert import converter as converter
     from .convert import from_json as from_json
     from .convert import structure as structure
@@ -117,6 +119,7 @@ if _typing.TYPE_CHECKING:
     from .tools.tool import ToolFailed as ToolFailed
 
 _LAZY: dict[str, str] = {
+    "Compactor": "cuca.context",
     "converter": "cuca.convert",
     "from_json": "cuca.convert",
     "structure": "cuca.convert",

@@ -62,6 +62,12 @@ class _Watch:
                 if observer is not None:
                     self.observers.append((plugin.name, observer))
             self.raw = [pair for pair in self.observers if pair[1].raw]
+            if request.compaction is not None:
+                for name, observer in self.observers:
+                    try:
+                        observer.on_compaction(request.compaction)
+                    except Exception as exc:
+                        raise PluginError.hook_failed(name, "on_compaction", exc) from exc
         return self.observers
 
     def finish(self, state: TurnState, cancelled: bool) -> None:

@@ -19,7 +19,14 @@ from typing import Literal
 import attrs
 
 from .errors import CucaError
-from .types import Block, ToolCall, ToolResult, UnifiedRequest, UnifiedResponse
+from .types import (
+    Block,
+    CompactionReport,
+    ToolCall,
+    ToolResult,
+    UnifiedRequest,
+    UnifiedResponse,
+)
 
 __all__ = ["CucaPlugin", "LoopObserver", "ToolDone", "TurnEnd", "TurnObserver", "overrides"]
 
@@ -50,6 +57,10 @@ class TurnObserver:
 
     def on_items(self, items: Sequence[Block | CucaError]) -> None:
         """Items as the consumer receives them: blocks, and errors that did not end the turn."""
+
+    def on_compaction(self, report: CompactionReport) -> None:
+        """Called at the start of a turn whose request a compactor shortened
+        (``cuca.Compactor``): what it removed, and the tokens before and after."""
 
     def on_end(self, end: TurnEnd) -> None:
         """Called once, whatever happened, before the consumer sees the end of the stream

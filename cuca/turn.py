@@ -60,4 +60,5 @@ class EndOfTurn:
             counted_usage=summary.counted_usage,
             endpoint=self.endpoint,
             cached=self.cached,
+            compaction=self.request.compaction,
         )

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AnthropicThinkingParams",
     "Block",
+    "CompactionReport",
+    "CompactionStep",
     "GeminiThinkingParams",
     "ImageBase64",
     "MessageRole",
@@ -493,6 +495,31 @@ Anthropic: 0 to 1, checked by its adapter)."""
 
 
 @attrs.frozen
+class CompactionStep:
+    """What one compaction strategy did: ``removed`` says what went, in words
+    (``"3 oldest turns (9 messages)"``); the token counts are the request's before and
+    after this strategy ran."""
+
+    strategy: str
+    removed: str
+    tokens_before: int
+    tokens_after: int
+
+
+@attrs.frozen
+class CompactionReport:
+    """What a compactor did to a request before it was sent: its tokens before and after
+    (counted as ``client.count_tokens`` counts them), the budget, and each strategy that
+    changed something, in order. ``exact`` is the counter's (false for an estimate)."""
+
+    tokens_before: int
+    tokens_after: int
+    budget: int
+    steps: tuple[CompactionStep, ...] = ()
+    exact: bool = True
+
+
+@attrs.frozen
 class UnifiedRequest:
     """One turn's request, the same for every backend.
 
@@ -522,6 +549,9 @@ class UnifiedRequest:
     output_schema: OutputSchema | None = attrs.field(
         default=None, validator=optional(of_type(OutputSchema, what="an OutputSchema"))
     )
+    compaction: CompactionReport | None = None
+    """What a compactor plugin did to this request (``cuca.Compactor``); never sent.
+    The turn's response carries it on."""
 
     @classmethod
     def new(cls, model: str) -> UnifiedRequest:
@@ -670,6 +700,9 @@ class UnifiedResponse:
     ``/completion`` route); ``None`` elsewhere. Not token counts: see the provider page."""
     endpoint: str | None = None
     cached: bool = False
+    compaction: CompactionReport | None = None
+    """What a compactor did to the request before it was sent (tokens before and after,
+    what each strategy removed), or ``None`` when none ran or nothing was changed."""
 
     @property
     def cost(self) -> Decimal | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cuca.errors import CucaError, PluginError
+from cuca.errors import ContextOverflowError, CucaError, PluginError
 from cuca.plugins import CucaPlugin, overrides
 from cuca.turn import EndOfTurn
 from cuca.types import UnifiedRequest
@@ -32,6 +32,8 @@ def request_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[UnifiedRequest
                 for plugin in hooked:
                     try:
                         request = await plugin.on_request(request)
+                    except ContextOverflowError:
+                        raise  # a compactor that could not fit the request: the turn's error
                     except Exception as exc:
                         raise PluginError.hook_failed(plugin.name, "on_request", exc) from exc
                     if not isinstance(request, UnifiedRequest):

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from cuca import (
+    Compactor,
     ContextOverflowError,
     CucaClient,
     HttpStatusError,
@@ -66,3 +67,48 @@ async def test_local_overflow_says_both_numbers(model: LocalModel) -> None:
     assert str(error).startswith(
         f"context overflow: the prompt has {size} tokens but the context holds 512"
     )
+
+
+def ask(history: UnifiedRequest, turn: int) -> UnifiedRequest:
+    question = f"Question {turn}: name one thing that is {turn} meters long, and say why. " * 2
+    return history.add_user_message(question).set_max_tokens(24).set_temperature(0.0)
+
+
+async def test_local_forty_turns_overflow_without_a_compactor(model: LocalModel) -> None:
+    history = UnifiedRequest.new("smollm2").add_system_message("You answer in one line.")
+    answered = 0
+    async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
+        with pytest.raises(ContextOverflowError) as info:
+            for turn in range(40):
+                request = ask(history, turn)
+                done = await client.generate(request)
+                history = request.add_assistant_message(done.text)
+                answered += 1
+    assert 3 < answered < 40  # the conversation outgrew n_ctx=512 on the way
+    assert info.value.limit == 512 and info.value.requested is not None
+    assert info.value.requested > 512
+
+
+async def test_local_forty_turns_all_answered_with_a_compactor(model: LocalModel) -> None:
+    budget = 400  # 512 less room for the answer's 24 tokens, and some to spare
+    history = UnifiedRequest.new("smollm2").add_system_message("You answer in one line.")
+    async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as counter:
+        compactor = Compactor(counter, budget=budget, headroom=0.4)
+        async with CucaClient(
+            ProviderEndpoint.LOCAL, local_model=model, plugins=[compactor]
+        ) as client:
+            prompts, compacted = [], 0
+            for turn in range(40):
+                request = ask(history, turn)
+                done = await client.generate(request)
+                assert done.response.usage is not None
+                prompts.append(done.response.usage.prompt_tokens)
+                compacted += done.response.compaction is not None
+                history = request.add_assistant_message(done.text)
+    assert len(prompts) == 40
+    assert max(prompts) <= budget
+    assert compacted > 20  # most late turns were shortened
+    report = done.response.compaction
+    assert report is not None and report.exact
+    assert report.tokens_after == prompts[-1]  # the count is the engine's own
+    assert [s.strategy for s in report.steps] == ["drop_oldest_turns"]

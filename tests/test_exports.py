@@ -73,6 +73,8 @@ CUCA = {
     "AuthenticationError",
     "Block",
     "Capabilities",
+    "CompactionReport",
+    "Compactor",
     "Completion",
     "ConfigurationError",
     "ConnectError",
