@@ -48,6 +48,7 @@ from .errors import StoreError as StoreError
 from .errors import StreamIncomplete as StreamIncomplete
 from .errors import TemplateError as TemplateError
 from .errors import ToolCallError as ToolCallError
+from .errors import ToolLoopError as ToolLoopError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
 from .providers import table as _table  # noqa: F401 - declares the built-in endpoints
@@ -115,6 +116,7 @@ if _typing.TYPE_CHECKING:
     from .store import SqliteStore as SqliteStore
     from .tools.loop import Step as Step
     from .tools.loop import ToolLoopStream as ToolLoopStream
+    from .tools.tool import ArgumentProblem as ArgumentProblem
     from .tools.tool import Tool as Tool
     from .tools.tool import ToolFailed as ToolFailed
 
@@ -140,6 +142,7 @@ _LAZY: dict[str, str] = {
     "RetryPolicy": "cuca.retry",
     "LoopObserver": "cuca.plugins",
     "Step": "cuca.tools.loop",
+    "ArgumentProblem": "cuca.tools.tool",
     "ToolLoopStream": "cuca.tools.loop",
     "Tool": "cuca.tools.tool",
     "ToolFailed": "cuca.tools.tool",

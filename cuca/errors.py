@@ -22,6 +22,7 @@ Every error a turn can produce is a :class:`CucaError`::
     │   └── ToolCallError    a tool call whose arguments are not a JSON object (an item)
     ├── PluginError          a plugin hook raised
     ├── OutputValidationError the answer does not fit the request's output schema
+    ├── ToolLoopError        the tool loop gave up: a tool called with invalid arguments too often
     ├── TemplateError        a chat template is invalid, hostile or raised itself
     ├── McpError             an MCP server did not start, did not answer, or its session ended
     ├── RateLimitExceeded    cuca's own RateLimiter refused to wait (which limit, how long)
@@ -60,6 +61,7 @@ __all__ = [
     "StreamIncomplete",
     "TemplateError",
     "ToolCallError",
+    "ToolLoopError",
     "TransportError",
     "http_status_error",
 ]
@@ -360,6 +362,27 @@ class OutputValidationError(CucaError):
 
     def __repr__(self) -> str:
         return f"OutputValidationError({self.message!r}, raw={self.raw[:200]!r})"
+
+
+class ToolLoopError(CucaError):
+    """The tool loop stopped: the model called one tool with arguments that break its
+    schema more than ``max_invalid_calls`` times in the loop.
+
+    ``call`` is the last such :class:`~cuca.ToolCall`, ``problems`` what was wrong with
+    it (each an :class:`~cuca.tools.tool.ArgumentProblem`: path, expected, got). The
+    loop's ``conversation`` keeps every step, that call's error result included.
+    """
+
+    prefix = "tool loop error"
+
+    def __init__(self, message: str, call: object = None, problems: tuple[object, ...] = ()):
+        super().__init__(message)
+        self.args = (message, call, problems)
+        self.call = call
+        self.problems = problems
+
+    def __repr__(self) -> str:
+        return f"ToolLoopError({self.message!r}, call={self.call!r}, problems={self.problems!r})"
 
 
 class TemplateError(CucaError):

@@ -68,14 +68,31 @@ def schema_for(hint: Any, *, strict: bool = False) -> JsonSchema:
     """The JSON Schema of values of type ``hint``; ``TypeError`` if there is none.
 
     ``strict``: every attrs field is required and no default is stated (an answer's
-    shape); otherwise a field with a default is optional (a tool's parameters)."""
-    return _Walk(strict).schema(hint)
+    shape); otherwise a field with a default is optional (a tool's parameters).
+
+    A pydantic model's ``$defs`` (its nested models) are gathered at the root of the
+    schema returned, where its ``#/$defs/...`` references point."""
+    walk = _Walk(strict)
+    return walk.rooted(walk.schema(hint))
 
 
 @attrs.frozen
 class _Walk:
     strict: bool
     seen: tuple[type, ...] = ()
+    defs: JsonSchema = attrs.field(factory=dict)
+    """The ``$defs`` of the pydantic models met so far, shared by the whole walk."""
+
+    def rooted(self, schema: JsonSchema) -> JsonSchema:
+        """``schema`` as a root: with the ``$defs`` gathered during the walk."""
+        return {**schema, "$defs": dict(self.defs)} if self.defs else schema
+
+    def _pydantic(self, model: type, model_json_schema: Callable[[], JsonSchema]) -> JsonSchema:
+        schema = dict(model_json_schema())
+        for name, definition in schema.pop("$defs", {}).items():
+            if self.defs.setdefault(name, definition) != definition:
+                raise TypeError(f"two different models are named {name!r}: rename one")
+        return schema
 
     def schema(self, hint: Any) -> JsonSchema:
         if hint in _SCALARS:
@@ -105,8 +122,7 @@ class _Walk:
             return self._attrs_class(hint)
         model_json_schema = getattr(hint, "model_json_schema", None)
         if isinstance(hint, type) and callable(model_json_schema):  # pydantic, not imported
-            derived: JsonSchema = model_json_schema()
-            return derived
+            return self._pydantic(hint, model_json_schema)
         raise TypeError(f"{hint!r} has no JSON Schema")
 
     def _tuple(self, args: tuple[Any, ...]) -> JsonSchema:
@@ -209,13 +225,14 @@ def describe_function(fn: Callable[..., Any], name: str) -> tuple[JsonSchema, st
         raise ConfigurationError(f"tool {name!r}: cannot read the type hints ({exc})") from exc
     properties: JsonSchema = {}
     required: list[str] = []
+    walk = _Walk(strict=False)
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
             raise ConfigurationError(
                 f"tool {name!r}: parameter {param.name!r} cannot be filled by name from JSON"
             )
         try:
-            schema = schema_for(hints.get(param.name, Any))
+            schema = walk.schema(hints.get(param.name, Any))
         except TypeError as exc:
             raise ConfigurationError(f"tool {name!r}: parameter {param.name!r}: {exc}") from None
         if param.name in notes and "description" not in schema:
@@ -226,7 +243,7 @@ def describe_function(fn: Callable[..., Any], name: str) -> tuple[JsonSchema, st
     parameters: JsonSchema = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required
-    return parameters, description
+    return walk.rooted(parameters), description
 
 
 def is_json_object_schema(schema: Mapping[str, Any]) -> bool:

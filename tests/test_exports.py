@@ -132,6 +132,8 @@ CUCA = {
     "ToolCall",
     "Tool",
     "ToolCallError",
+    "ToolLoopError",
+    "ArgumentProblem",
     "ToolDefinition",
     "ToolFailed",
     "ToolLoopStream",

@@ -11,8 +11,10 @@ adapters do the rest.
 
 from __future__ import annotations
 
+import json
 import math
 import traceback
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
@@ -27,10 +29,10 @@ import attrs
 import trio
 
 from cuca._nursery import background_nursery
-from cuca.errors import ConfigurationError, CucaError, ToolCallError
+from cuca.errors import ConfigurationError, CucaError, ToolCallError, ToolLoopError
 from cuca.plugins import CucaPlugin, LoopObserver
 from cuca.stream import merge_blocks
-from cuca.tools.tool import Tool, ToolArgumentsError, ToolFailed, as_tool
+from cuca.tools.tool import ArgumentProblem, Tool, ToolArgumentsError, ToolFailed, as_tool
 from cuca.types import (
     Block,
     MessageRole,
@@ -87,6 +89,7 @@ class ToolLoopOptions(TypedDict, total=False):
     tool_timeout: float | None
     max_concurrency: int
     tracebacks: bool
+    max_invalid_calls: int
 
 
 class ToolLoopStream:
@@ -215,6 +218,7 @@ async def run_tools(
     tool_timeout: float | None = None,
     max_concurrency: int = 8,
     tracebacks: bool = False,
+    max_invalid_calls: int = 3,
 ) -> AsyncIterator[ToolLoopStream]:
     """Run ``request`` on ``client`` with ``tools`` until the model stops calling them
     or ``max_steps`` steps have run.
@@ -226,13 +230,36 @@ async def run_tools(
     unusable arguments gives an error :class:`~cuca.ToolResult` (``Type: message``, the
     traceback too with ``tracebacks=True``) and the loop goes on. Leaving the block
     early cancels the running step and tools; all have ended when it returns.
+
+    Each call's arguments are checked against its tool's JSON Schema before it runs; a
+    call that breaks it does not run, and its error result lists every problem (path,
+    expected, got) so that the model can call again. The ``max_invalid_calls + 1``-th
+    such call of one tool ends the loop with :class:`~cuca.ToolLoopError`.
     """
-    loop = _Loop(client, request, tools, max_steps, tool_timeout, max_concurrency, tracebacks)
+    options = _Options(max_steps, tool_timeout, max_concurrency, tracebacks, max_invalid_calls)
+    loop = _Loop(client, request, tools, options)
     send, receive = trio.open_memory_channel[Message](0)
     with receive:
         async with background_nursery() as nursery:
             nursery.start_soon(loop.run, send)
             yield ToolLoopStream(receive, loop)
+
+
+@attrs.frozen
+class _Options:
+    """The options of one loop, as :func:`run_tools` documents them."""
+
+    max_steps: int
+    tool_timeout: float | None
+    max_concurrency: int
+    tracebacks: bool
+    max_invalid_calls: int
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_steps < 1 or self.max_concurrency < 1:
+            raise ConfigurationError("max_steps and max_concurrency must be at least 1")
+        if self.max_invalid_calls < 0:
+            raise ConfigurationError("max_invalid_calls must be 0 or more")
 
 
 class _Loop:
@@ -243,25 +270,23 @@ class _Loop:
         client: TurnClient,
         request: UnifiedRequest,
         tools: Iterable[Tool | Callable[..., Any]],
-        max_steps: int,
-        tool_timeout: float | None,
-        max_concurrency: int,
-        tracebacks: bool,
+        options: _Options,
     ) -> None:
-        if max_steps < 1 or max_concurrency < 1:
-            raise ConfigurationError("max_steps and max_concurrency must be at least 1")
         self.tools = _by_name(tools)
         self.client = client
         self.conversation = _declare(request, self.tools.values())
-        self.max_steps = max_steps
-        self.timeout = math.inf if tool_timeout is None else tool_timeout
-        self.limiter = trio.CapacityLimiter(max_concurrency)
-        self.tracebacks = tracebacks
+        self.max_steps = options.max_steps
+        self.timeout = math.inf if options.tool_timeout is None else options.tool_timeout
+        self.limiter = trio.CapacityLimiter(options.max_concurrency)
+        self.tracebacks = options.tracebacks
+        self.max_invalid = options.max_invalid_calls
         self.responses: list[UnifiedResponse] = []
         self.malformed: dict[str, str] = {}  # this step's calls whose arguments were not JSON
         self.error: CucaError | None = None
         self.complete = False
         self.observers = _observers(client, self.conversation)
+        self.invalid: Counter[str] = Counter()  # tool name -> invalid calls so far
+        self.gave_up: ToolLoopError | None = None
 
     async def run(self, send: trio.MemorySendChannel[Message]) -> None:
         async with send:
@@ -318,6 +343,8 @@ class _Loop:
             self.conversation = self.conversation.add_tool_result(
                 call.id, result.output, is_error=result.is_error, name=call.name
             )
+        if self.gave_up is not None:
+            raise self.gave_up
 
     @contextmanager
     def _watch(
@@ -337,18 +364,41 @@ class _Loop:
             return _failed(call, f"unknown tool: {call.name}", "unknown_tool")
         if call.id in self.malformed:
             raw = self.malformed[call.id]
-            return _failed(call, f"arguments are not a JSON object: {raw}", "invalid_arguments")
+            problem = ArgumentProblem("$", "a JSON object", json.dumps(raw))
+            return self._invalid(call, f"arguments are not a JSON object: {raw}", (problem,))
+        problems = tool.check(call.arguments)
+        if problems:
+            listed = "\n".join(f"- {problem}" for problem in problems)
+            return self._invalid(call, f"invalid arguments for {call.name}:\n{listed}", problems)
         with trio.move_on_after(self.timeout) as scope:
             try:
                 return ToolResult(call.id, await tool.call(call.arguments)), None
             except ToolArgumentsError as exc:
-                return _failed(call, f"invalid arguments: {exc}", "invalid_arguments")
+                problems = exc.problems or (ArgumentProblem("$", "what it takes", str(exc)),)
+                return self._invalid(call, f"invalid arguments: {exc}", problems)
             except ToolFailed as exc:
                 return _failed(call, exc.output, "tool_failed")
             except Exception as exc:  # a tool's failure is the model's to read
                 return _failed(call, self._describe(exc), type(exc).__name__)
         assert scope.cancelled_caught
         return _failed(call, f"timed out after {self.timeout:g} s", "timeout")
+
+    def _invalid(
+        self, call: ToolCall, output: str, problems: tuple[ArgumentProblem, ...]
+    ) -> tuple[ToolResult, str]:
+        """The error result of a call whose arguments do not fit; past
+        ``max_invalid_calls`` of one tool, the loop gives up once this step is answered."""
+        self.invalid[call.name] += 1
+        if self.invalid[call.name] > self.max_invalid and self.gave_up is None:
+            count = self.invalid[call.name]
+            self.gave_up = ToolLoopError(
+                f"{call.name} was called with invalid arguments {count} times "
+                f"(max_invalid_calls={self.max_invalid}); the last: "
+                + "; ".join(map(str, problems)),
+                call,
+                problems,
+            )
+        return _failed(call, output, "invalid_arguments")
 
     def _describe(self, exc: Exception) -> str:
         if self.tracebacks:

@@ -2,8 +2,10 @@
 
 ``Tool.from_function(fn)`` reads the schema from the signature and type hints and the
 description from the docstring; ``Tool(name, description, schema, function)`` takes
-them as given. ``Tool.call`` turns a model's arguments into the function's result as
-text; :func:`cuca.run_tools` calls it for every :class:`~cuca.types.ToolCall`.
+them as given. ``Tool.check`` lists what is wrong with a model's arguments against the
+schema (``jsonschema``, one validator built per tool); ``Tool.call`` turns them into the
+function's result as text. :func:`cuca.run_tools` does both for every
+:class:`~cuca.types.ToolCall`.
 """
 
 from __future__ import annotations
@@ -17,20 +19,45 @@ from typing import Any
 
 import attrs
 import cattrs
+import jsonschema
 import trio
 
+from cuca.convert import converter
 from cuca.errors import ConfigurationError
 from cuca.schema import describe_function, is_json_object_schema
 from cuca.types import ToolDefinition
 
-__all__ = ["Tool", "ToolArgumentsError", "ToolFailed"]
+__all__ = ["ArgumentProblem", "Tool", "ToolArgumentsError", "ToolFailed"]
 
-_values = cattrs.Converter()
+_values = converter.copy()
+# a pydantic model, wherever it sits in a hint (list[Model], an attrs field), is built
+# by its own model_validate (pydantic is never imported here)
+_values.register_structure_hook_func(
+    lambda t: isinstance(t, type) and callable(getattr(t, "model_validate", None)),
+    lambda value, t: t.model_validate(value),
+)
+
+
+@attrs.frozen
+class ArgumentProblem:
+    """One thing wrong with a call's arguments: where (a JSON path, ``$.place.city``),
+    what the schema expected there, and what the model sent (as JSON, shortened)."""
+
+    path: str
+    expected: str
+    got: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: expected {self.expected}, got {self.got}"
 
 
 class ToolArgumentsError(Exception):
     """The arguments a model sent do not fit the tool's parameters (reported to the
     model as an error result, so that it can correct itself)."""
+
+    def __init__(self, message: str, problems: tuple[ArgumentProblem, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class ToolFailed(Exception):
@@ -50,6 +77,19 @@ def _check_schema(tool: Tool, attribute: Any, value: Mapping[str, Any]) -> None:
         )
 
 
+def _validator(tool: Tool) -> Any:
+    """The ``jsonschema`` validator of ``tool``'s schema, built once (a schema that is not
+    valid JSON Schema is refused when the tool is made)."""
+    schema = dict(tool.schema)
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        message = f"tool {tool.name!r}: invalid JSON Schema: {exc.message}"
+        raise ConfigurationError(message) from None
+    return cls(schema)
+
+
 @attrs.frozen
 class Tool:
     """A tool: the definition the model sees and the function that runs it.
@@ -67,6 +107,9 @@ class Tool:
     function: Callable[..., Any] = attrs.field(repr=False)
     convert: Callable[[Mapping[str, Any]], dict[str, Any]] = attrs.field(
         default=dict, repr=False, eq=False
+    )
+    _validator: Any = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(_validator, takes_self=True)
     )
 
     @classmethod
@@ -92,6 +135,12 @@ class Tool:
     def definition(self) -> ToolDefinition:
         """What the model is told about this tool."""
         return ToolDefinition(self.name, self.description, self.schema)
+
+    def check(self, arguments: Mapping[str, Any]) -> tuple[ArgumentProblem, ...]:
+        """Every way ``arguments`` break the tool's JSON Schema, in path order (empty
+        when they fit)."""
+        errors = self._validator.iter_errors(arguments)
+        return tuple(_problem(e) for e in sorted(errors, key=lambda e: list(map(str, e.path))))
 
     async def call(self, arguments: Mapping[str, Any]) -> str:
         """Run the function on ``arguments`` and return its result as text.
@@ -143,6 +192,38 @@ def _convert(
             )
             raise ToolArgumentsError(f"argument {param.name} of {name}: {detail}") from None
     return kwargs
+
+
+def _problem(error: jsonschema.ValidationError) -> ArgumentProblem:
+    """An :class:`ArgumentProblem` from one ``jsonschema`` error."""
+    path, rule = error.json_path, error.validator
+    value: Any = error.validator_value
+    schema: Any = error.schema
+    if rule == "required" and isinstance(error.instance, Mapping):
+        missing = [name for name in value if name not in error.instance]
+        names = ", ".join(missing) or str(value)
+        return ArgumentProblem(path, f"the required {_plural('property', missing)} {names}",
+                               "an object without it")
+    if rule == "additionalProperties" and isinstance(error.instance, Mapping):
+        known = schema.get("properties", {}) if isinstance(schema, Mapping) else {}
+        extra = [name for name in error.instance if name not in known]
+        return ArgumentProblem(path, "no other properties", f"{_plural('property', extra)} "
+                               + ", ".join(extra))
+    if rule == "type":
+        expected = value if isinstance(value, str) else " or ".join(map(str, value))
+    else:
+        expected = f"{rule} {_short(value)}"
+    return ArgumentProblem(path, expected, _short(error.instance))
+
+
+def _plural(word: str, items: list[str]) -> str:
+    return word if len(items) == 1 else word.replace("y", "ies")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``value`` as compact JSON, cut at ``limit`` characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _as_text(result: Any) -> str:

@@ -63,7 +63,7 @@ def namespace(url: str) -> dict[str, Any]:
 
 
 def run_block(source: str, ns: dict[str, Any], label: str) -> None:
-    code = compile(source, label, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    code = compile(source, label, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     if code.co_flags & inspect.CO_COROUTINE:
         async def top() -> None:
             await eval(code, ns)
