@@ -27,6 +27,10 @@ RUNS = [
     ("MCP tool call vs the SDK's, loop step MCP vs Python tool (issue: mcp)", ["bench_mcp.py"]),
     ("local engine vs llama-cpp-python and llama-server (issue: engine)", ["bench_engine.py"]),
     (
+        "count_tokens vs llama-cpp-python tokenize; one compaction pass (issue: context)",
+        ["bench_context.py"],
+    ),
+    (
         "local engine: per-token hand-off from its thread vs a channel send (issue: core)",
         ["bench_engine_handoff.py"],
     ),
