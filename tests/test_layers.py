@@ -140,3 +140,15 @@ def test_layers_a_data_type_importing_pricing_breaks_the_contract(
     result = lint_imports(broken)
     assert result.returncode != 0
     assert "cuca.types -> cuca.cost" in result.stdout
+
+
+def test_layers_every_part_of_cuca_sits_on_a_floor(site: Path) -> None:
+    """A new module or feature package cannot escape the contract: every child of
+    ``cuca`` (but the ``python -m cuca`` entry point) is named in a layer."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = config["tool"]["importlinter"]["contracts"]
+    named = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    children = {".".join(m.split(".")[:2]) for m in import_graph(site) if m != "cuca"}
+    assert children - named == {"cuca.__main__"}
