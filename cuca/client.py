@@ -161,6 +161,11 @@ class CucaClient:
     gets its permit back when the turn ends; see docs/limits.md. A plugin that is a gate
     (:class:`~cuca.Budget`) or a replay (:class:`~cuca.ResponseCache`) takes part the
     same way.
+
+    ``fused`` chooses how a turn's stages run (docs/pipeline.md): fused into the
+    consumer's pull (``True``, the default, the fastest), or each point as its own
+    actor on bounded memory channels (``False``); ``generate_stream(..., fused=)``
+    overrides it for one turn. Both give the same items.
     """
 
     def __init__(
@@ -178,6 +183,7 @@ class CucaClient:
         retry: RetryPolicy | None = None,
         pool: PoolPolicy | None = None,
         rate_limiter: TurnGate | None = None,
+        fused: bool = True,
     ) -> None:
         from .retry import RetryPolicy
 
@@ -194,6 +200,7 @@ class CucaClient:
         self.local_model = local_model
         self.stages = tuple(stages)
         self.retry = retry if retry is not None else RetryPolicy()
+        self.fused = fused
         self._own_http = http_client is None
         self._http = http_client
         self._adapter: ProviderAdapter | None = None
@@ -227,6 +234,7 @@ class CucaClient:
                 http_client=http,
                 retry=RetryPolicy.never(),
                 rate_limiter=self.rate_limiter,
+                fused=self.fused,
             )
             client._endpoint = self._endpoint  # a cached answer serves the whole pool
             return client
@@ -345,10 +353,11 @@ class CucaClient:
         *,
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
+        fused: bool | None = None,
     ) -> AsyncIterator[ResponseStream]:
         """Stream one turn. Leaving the block early (break, exception, cancellation)
         cancels the turn: the HTTP response is closed and every task of the turn has
-        ended before this returns."""
+        ended before this returns. ``fused`` overrides the client's for this turn."""
         from cuca.observe import watched
 
         _require_trio()
@@ -357,6 +366,8 @@ class CucaClient:
         if self._pool is not None:
             if retry is not None:
                 raise ConfigurationError("a pool retries on its other servers: see PoolPolicy")
+            if fused is not None:
+                raise ConfigurationError("a pool's turns run as its client's: set fused there")
             async with self._pool.generate_stream(request, stages=stages) as stream:
                 yield stream
             return
@@ -367,7 +378,8 @@ class CucaClient:
             http = self.provider != ProviderEndpoint.LOCAL
             stages = (*stages, *admission.insertions(http))
         pipeline, watch = watched(self.pipeline(stages, retry), self.plugins, request)
-        background, puller = pipeline.start(state, request)
+        fused = self.fused if fused is None else fused
+        background, puller = pipeline.start(state, request, fused=fused)
         deadline = None
         if self.timeouts.total is not None:
             total = self.timeouts.total
@@ -418,10 +430,12 @@ class CucaClient:
         *,
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
+        fused: bool | None = None,
     ) -> AsyncIterator[tuple[ResponseStream, PendingResponse]]:
         """Like :meth:`generate_stream`, also giving a handle on the response, which is
         filled once the stream has ended."""
-        async with self.generate_stream(request, stages=stages, retry=retry) as stream:
+        turn = self.generate_stream(request, stages=stages, retry=retry, fused=fused)
+        async with turn as stream:
             yield stream, PendingResponse(stream)
 
     async def generate(
@@ -430,10 +444,12 @@ class CucaClient:
         *,
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
+        fused: bool | None = None,
     ) -> Completion:
         """Run one turn to its end and collect it: deltas merged into whole blocks, and
         the answer parsed when the request has an output schema."""
-        async with self.generate_stream(request, stages=stages, retry=retry) as stream:
+        turn = self.generate_stream(request, stages=stages, retry=retry, fused=fused)
+        async with turn as stream:
             return await collect(stream, request.output_schema)
 
     async def count_tokens(self, request: UnifiedRequest) -> TokenCount:
@@ -523,16 +539,24 @@ async def _run(
     deadline: tuple[float, Exception] | None,
 ) -> None:
     """Run the tasks of a turn (those its consumer's task does not run), within its
-    deadline; then let the consumer see that they have ended."""
+    deadline; then let the consumer see that they have ended. At the deadline the error
+    is recorded before the tasks are cancelled, so none takes the cancellation for the
+    end of its input."""
     try:
         if background is None:
             return
         if deadline is None:
             await background()
             return
-        with trio.move_on_at(deadline[0]) as scope:
+        async with trio.open_nursery() as nursery:
+
+            async def expire() -> None:
+                await trio.sleep_until(deadline[0])
+                state.fail(deadline[1])
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(expire)
             await background()
-        if scope.cancelled_caught:
-            state.fail(deadline[1])
+            nursery.cancel_scope.cancel()
     finally:
         state.finished.set()

@@ -22,18 +22,17 @@ import contextvars
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from .errors import PluginError
 from .plugins import CucaPlugin, TurnEnd, TurnObserver, overrides
-from .turn import EndOfTurn, TurnState
+from .turn import EndOfTurn, TurnState, split_end
 from .types import UnifiedRequest
 
 if TYPE_CHECKING:
-    from cuca.stages.chain import Chained
     from cuca.stages.pipeline import Pipeline
+    from cuca.stages.stage import Transform
 
 __all__ = ["watched"]
+
 
 class _Watch:
     """The observers of one turn, created when the request leaves the request hooks.
@@ -89,61 +88,59 @@ class _Watch:
             state.fail(failure)
 
 
-def _starting(watch: _Watch) -> Chained[Any, Any]:
-    from .stages.chain import Chained, Step
+def _starting(watch: _Watch) -> Transform[Any, Any]:
+    from .stages.stage import Transform, Transformer
 
-    class ObserveStart(Step[Any, Any]):
-        async def send(self, batch: Sequence[Any], /) -> None:
+    class ObserveStart(Transformer[Any, Any]):
+        async def feed(self, batch: Sequence[Any], /) -> Sequence[Any]:
             for request in batch:
                 watch.request = request
                 watch.start(request)
-            await self.out.send(batch)
+            return batch
 
-    return Chained(ObserveStart)
+    return Transform(ObserveStart)
 
 
-def _raw_tap(watch: _Watch) -> Chained[Any, Any]:
-    from .stages.chain import Chained, Step
+def _raw_tap(watch: _Watch) -> Transform[Any, Any]:
+    from .stages.stage import Transform, Transformer
 
-    class ObserveRaw(Step[Any, Any]):
-        async def send(self, batch: Sequence[Any], /) -> None:
+    class ObserveRaw(Transformer[Any, Any]):
+        async def feed(self, batch: Sequence[Any], /) -> Sequence[Any]:
             chunks = [chunk for chunk in batch if isinstance(chunk, bytes)]
             for name, observer in watch.raw if chunks else ():
                 try:
                     observer.on_raw(chunks)
                 except Exception as exc:
                     raise PluginError.hook_failed(name, "on_raw", exc) from exc
-            await self.out.send(batch)
+            return batch
 
-    return Chained(ObserveRaw)
+    return Transform(ObserveRaw)
 
 
-def _ending(watch: _Watch) -> Chained[Any, Any]:
-    from .stages.chain import Chained, Step
+def _ending(watch: _Watch) -> Transform[Any, Any]:
+    from .stages.stage import Transform, Transformer
 
-    class ObserveItems(Step[Any, Any]):
-        async def send(self, batch: Sequence[Any], /) -> None:
-            items = [item for item in batch if not isinstance(item, EndOfTurn)]
-            if len(items) < len(batch):
-                watch.end_of_turn = next(i for i in batch if isinstance(i, EndOfTurn))
+    class ObserveItems(Transformer[Any, Any]):
+        async def feed(self, batch: Sequence[Any], /) -> Sequence[Any]:
+            items, end = split_end(batch)
+            if end is not None:
+                watch.end_of_turn = end
             for name, observer in watch.start(watch.request) if items else ():
                 try:
                     observer.on_items(items)
                 except Exception as exc:
                     raise PluginError.hook_failed(name, "on_items", exc) from exc
-            await self.out.send(batch)
+            return batch
 
-    return Chained(ObserveItems)
+    return Transform(ObserveItems)
 
 
-def _after(pipeline: Pipeline, point: str, name: str, stage: Chained[Any, Any]) -> Pipeline:
-    """``pipeline`` with the built-in-like ``stage`` right after ``point``: chained, it
-    runs in its neighbours' task (no channel hop), unlike a user's actor."""
+def _after(pipeline: Pipeline, point: str, name: str, stage: Transform[Any, Any]) -> Pipeline:
+    """``pipeline`` with the built-in-like ``stage`` right after ``point``: fused, it
+    runs with its neighbours (no channel hop), unlike a user's actor."""
     from .stages.pipeline import NamedStage
 
-    index = pipeline.names.index(point) + 1
-    stages = (*pipeline.stages[:index], NamedStage(name, stage), *pipeline.stages[index:])
-    return attrs.evolve(pipeline, stages=stages)
+    return pipeline.placed(pipeline.names.index(point) + 1, NamedStage(name, stage))
 
 
 def watched(

@@ -9,7 +9,7 @@ import attrs
 import trio
 
 from .errors import CucaError, OutputValidationError, PluginError
-from .turn import EndOfTurn, Item, TurnState
+from .turn import EndOfTurn, Item, TurnState, split_end
 from .types import (
     Block,
     MessageRole,
@@ -22,10 +22,9 @@ from .types import (
 )
 
 if TYPE_CHECKING:
-    from cuca.stages.pull import Puller
+    from cuca.stages.runner import Puller
 
 __all__ = ["Completion", "ResponseStream", "merge_blocks"]
-
 
 
 class ResponseStream:
@@ -34,8 +33,8 @@ class ResponseStream:
     iteration after every item produced before it. ``response`` is set once the stream
     has ended cleanly, from the turn's :class:`~cuca.turn.EndOfTurn`.
 
-    The stream pulls its batches from the turn's :class:`~cuca.stages.pull.Puller`: the
-    last stages of the turn run in the task that iterates it. ``on_end(cancelled)`` is
+    The stream pulls its batches from the turn's :class:`~cuca.stages.runner.Puller`: in
+    a fused turn, the last stages run in the task that iterates it. ``on_end(cancelled)`` is
     called once, when the turn has ended, before the consumer sees the end (or when it
     left early: the client then calls ``_close``).
     """
@@ -61,14 +60,11 @@ class ResponseStream:
         return self
 
     async def __anext__(self) -> Item:
-        while True:
-            while self._index >= len(self._batch):
-                await self._next_batch()
-            item = self._batch[self._index]
-            self._index += 1
-            if type(item) is not EndOfTurn:
-                return item  # type: ignore[no-any-return]
-            self._end = item
+        while self._index >= len(self._batch):
+            await self._next_batch()
+        item = self._batch[self._index]
+        self._index += 1
+        return item  # type: ignore[no-any-return]
 
     async def receive_batch(self) -> Sequence[Item]:
         """The items not yet taken, as they arrived: the rest of the current batch, or
@@ -78,16 +74,11 @@ class ResponseStream:
         For layers above a turn that pass its items on (the tool loop): one call per
         batch rather than per item.
         """
-        while True:
-            while self._index >= len(self._batch):
-                await self._next_batch()
-            batch = self._batch[self._index :] if self._index else self._batch
-            self._batch, self._index = (), 0
-            kept = [item for item in batch if type(item) is not EndOfTurn]
-            if len(kept) < len(batch):
-                self._end = next(item for item in batch if type(item) is EndOfTurn)
-            if kept:
-                return kept
+        while self._index >= len(self._batch):
+            await self._next_batch()
+        batch = self._batch[self._index :] if self._index else self._batch
+        self._batch, self._index = (), 0
+        return batch
 
     async def ready(self) -> None:
         """Wait until the first item has arrived or the turn has ended, without taking
@@ -95,29 +86,27 @@ class ResponseStream:
 
         This is where a :class:`~cuca.FallbackClient` (and a pool) decides whether the
         turn was answered: after ``ready`` returns, the items are the caller's."""
-        while not self._ended:
-            while self._index < len(self._batch):
-                item = self._batch[self._index]
-                if type(item) is not EndOfTurn:
-                    return
-                self._end = item
-                self._index += 1
+        while not self._ended and self._index >= len(self._batch):
             try:
                 await self._next_batch()
             except StopAsyncIteration:
                 return
 
     async def _next_batch(self) -> None:
-        """Receive the next batch; at the end, finish the turn and stop."""
+        """Receive the next batch, the turn's end taken out of it (a batch may then be
+        empty); at the end, finish the turn and stop."""
         if self._ended:
             raise StopAsyncIteration
         try:
-            self._batch = await self._puller.pull()
+            batch = await self._puller.pull()
         except trio.EndOfChannel:
             self._ended = True
             self._batch, self._index = (), 0
             await self._finish()
             raise StopAsyncIteration from None
+        self._batch, end = split_end(batch)
+        if end is not None:
+            self._end = end
         self._index = 0
 
     async def _finish(self) -> None:

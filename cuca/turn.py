@@ -6,7 +6,8 @@ Everything else a turn knows travels through its channels as items (see
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import attrs
 import trio
@@ -14,7 +15,7 @@ import trio
 from .errors import CucaError
 from .types import Block, TurnSummary, UnifiedRequest, UnifiedResponse
 
-__all__ = ["EndOfTurn", "Item", "TurnState"]
+__all__ = ["EndOfTurn", "Item", "TurnState", "split_end"]
 
 Item: TypeAlias = Block | CucaError
 """What a turn yields: a block, or an error that did not end the turn."""
@@ -62,3 +63,13 @@ class EndOfTurn:
             cached=self.cached,
             compaction=self.request.compaction,
         )
+
+
+def split_end(batch: Sequence[Any]) -> tuple[Sequence[Any], EndOfTurn | None]:
+    """The items of ``batch`` without the turn's :class:`EndOfTurn`, and that end (``None``
+    when the batch does not hold it). The one place where the end is taken out of the
+    items: the stream and the observers both call it."""
+    for item in batch:
+        if type(item) is EndOfTurn:
+            return [i for i in batch if type(i) is not EndOfTurn], item
+    return batch, None

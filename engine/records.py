@@ -3,9 +3,10 @@
 The model's generation runs in a thread; the ``engine`` stage relays what it produces
 to the ``output_parse`` stage. Between them travel plain records, defined here so that
 neither the model (which produces them) nor the worker stages (which consume them)
-import each other: a :class:`TurnStart` first, then one ``str`` per generated token
-(possibly empty: half of a UTF-8 character, or a control token that is not part of the
-output format), then a :class:`TurnEnd`.
+import each other: a :class:`TurnStart` first (made by the worker from the prepared
+turn, on the trio side), then one ``str`` per generated token (possibly empty: half of a
+UTF-8 character, or a control token that is not part of the output format), then a
+:class:`TurnEnd`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Protocol
 
 import attrs
 
-from cuca.types import PromptCacheUsage
+from cuca.types import PromptCacheUsage, UnifiedRequest
 
 from .formats import OutputFormat
 
@@ -24,10 +25,13 @@ __all__ = ["TokenSink", "TurnEnd", "TurnStart"]
 
 @attrs.frozen
 class TurnStart:
-    """Sent before the first token: how to parse the output of this turn."""
+    """Sent before the first token: how to parse the output of this turn, and the
+    request as sent (``None`` only in the record a sink's ``start`` receives, which the
+    worker does not need: it knows the format from the prepared turn)."""
 
     output_format: OutputFormat
     thinking_enabled: bool
+    request: UnifiedRequest | None = None
 
 
 @attrs.frozen

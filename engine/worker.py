@@ -1,30 +1,34 @@
 """The engine's two stages: the turn on the engine thread, then output parsing.
 
 ``engine`` takes the request, renders and tokenizes it in a worker thread
-(``model.prepare``), and submits it to the model's engine thread, which runs it beside
-the model's other turns (:mod:`~cuca.engine.scheduler`). That thread hands each token's
-text to a :class:`_Relay`, which batches everything produced since the last wake-up
-into one list, so the per-token cost is a list append. The relay is bounded: when it is
-full the turn sits out the engine's steps until the consumer catches up (the model's
-other turns go on).
+(``model.prepare``), emits the turn's :class:`TurnStart` (the request as sent and its
+output format, known from the prepared turn: no round trip to the engine thread), and
+submits it to the model's engine thread, which runs it beside the model's other turns
+(:mod:`~cuca.engine.scheduler`).
+
+The hand-off: the engine thread feeds a :class:`_Relay`, the turn's channel out of the
+engine thread. A trio memory channel cannot be sent to from another thread without
+blocking that thread (``trio.from_thread.run``), and the engine thread serves every
+turn of the model: it must never wait for one consumer. So the relay is the channel
+for that one hop: a list under a lock (appending a token's text is the whole cost on
+the engine thread), one ``run_sync_soon`` wake-up per batch (not per token), and a bound
+(:data:`RELAY_LIMIT`): when it is full the turn sits out the engine's steps until the
+consumer catches up (the model's other turns go on). The ``engine`` source is its
+receiving end; each wake-up is one batch. Run fused, that batch goes straight through
+``output_parse`` and the hooks in the consumer's task; run as actors, the ``engine``
+task forwards it into the next memory channel.
 
 ``output_parse`` feeds those pieces to an :class:`~cuca.engine.output.OutputParser`
 and, at the end, emits the turn's :class:`~cuca.turn.EndOfTurn` with the exact usage.
 
-Both are chained stages (:mod:`cuca.stages.chain`), ``engine`` a source: each wake-up
-from the engine thread gives one batch, which goes straight through the output parser
-and the hooks. With no user stage after ``engine``, the consumer's task pulls it
-(:mod:`cuca.stages.pull`): a token's way from the engine thread to the consumer costs one
-wake-up of the consumer, and no channel send.
-
 Between the two stages travel the records of :mod:`~cuca.engine.records`. This module
 builds the stages from a model; the model knows nothing of the stages.
 
-Cancellation: when the turn's nursery is cancelled (the consumer dropped the stream), a
-turn still waiting for a sequence is withdrawn at no cost; a running one gets its stop
-flag set, and the stage waits (shielded) until the engine thread has retired it, at its
-next step (a prefill step stops at its next graph node). What was evaluated stays in the
-turn's sequence for the conversation's next turn.
+Cancellation: when the turn is dropped, a turn still waiting for a sequence is
+withdrawn at no cost; a running one gets its stop flag set, and the stage waits
+(shielded) until the engine thread has retired it, at its next step (a prefill step
+stops at its next graph node). What was evaluated stays in the turn's sequence for the
+conversation's next turn.
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ from typing import Any, Protocol
 
 import trio
 
-from cuca.stages.chain import Chained, Sink, Step, source_stage
+from cuca.stages.stage import Source, Transform, Transformer
 from cuca.turn import EndOfTurn
 from cuca.types import PromptCacheUsage, TokenUsage, TurnSummary, UnifiedRequest
 
+from .formats import OutputFormat
 from .harmony import HarmonyParser
 from .output import OutputParser, new_call_id, new_output_parser
 from .records import TokenSink, TurnEnd, TurnStart
@@ -57,17 +62,27 @@ RELAY_LIMIT = 512
 _NOTHING = PromptCacheUsage(read_tokens=0, write_tokens=0)
 
 
+class Prepared(Protocol):
+    """What the stages read of a prepared turn: how to parse its output."""
+
+    @property
+    def output_format(self) -> OutputFormat: ...
+
+    @property
+    def thinking_enabled(self) -> bool: ...
+
+
 class Engine(Protocol):
     """What the stages need from a model (:class:`~cuca.engine.LocalModel` is one).
 
     ``prepare`` is blocking (it renders and tokenizes) and runs in a worker thread;
     ``submit`` queues the prepared turn and returns a ticket; the engine then calls the
-    sink's ``start``, ``token`` and, exactly once, ``finish`` from its own thread,
-    unless ``withdraw(ticket)`` returns true (the turn never started). ``wake`` tells
-    the engine that a sink has room again or was stopped.
+    sink's ``token`` and, exactly once, ``finish`` from its own thread, unless
+    ``withdraw(ticket)`` returns true (the turn never started). ``wake`` tells the
+    engine that a sink has room again or was stopped.
     """
 
-    def prepare(self, request: UnifiedRequest) -> Any: ...
+    def prepare(self, request: UnifiedRequest) -> Prepared: ...
 
     def submit(self, prepared: Any, sink: TokenSink) -> Any: ...
 
@@ -94,7 +109,7 @@ class _Relay:
     # -- engine thread side ----------------------------------------------------------
 
     def start(self, start: TurnStart) -> None:
-        self._put(start)
+        """Not needed: the worker made the turn's start record from the prepared turn."""
 
     def token(self, text: str) -> None:
         self._put(text)
@@ -158,10 +173,11 @@ class _Relay:
 
 
 async def _run_turn(engine: Engine, request: UnifiedRequest) -> AsyncGenerator[list[Any], None]:
-    """Run ``request`` on ``engine``: its token pieces as the engine produces them, then
-    its :class:`TurnEnd`. Closed early (the consumer left, a later stage failed), the
-    turn is withdrawn or stopped before this returns."""
+    """Run ``request`` on ``engine``: its :class:`TurnStart`, its token pieces as the
+    engine produces them, then its :class:`TurnEnd`. Closed early (the consumer left, a
+    later stage failed), the turn is withdrawn or stopped before this returns."""
     prepared = await trio.to_thread.run_sync(engine.prepare, request)
+    yield [TurnStart(prepared.output_format, prepared.thinking_enabled, request)]
     relay = _Relay(engine.wake)
     ticket = engine.submit(prepared, relay)
     try:
@@ -181,37 +197,32 @@ async def _run_turn(engine: Engine, request: UnifiedRequest) -> AsyncGenerator[l
     yield [relay.result()]
 
 
-def engine_stage(engine: Engine) -> Chained[UnifiedRequest, Any]:
-    """The ``engine`` stage: each request in, then its token pieces (see module doc), a
-    source (:func:`~cuca.stages.chain.source_stage`).
-
-    The request itself goes first, so that ``output_parse`` can end the turn with it.
-    """
+def engine_stage(engine: Engine) -> Source[UnifiedRequest, Any]:
+    """The ``engine`` stage: each request in, then its records (see module doc), a
+    :class:`~cuca.stages.stage.Source`."""
 
     async def run(batch: Sequence[UnifiedRequest]) -> AsyncGenerator[Sequence[Any], None]:
         for request in batch:
-            yield [request]
             turn = _run_turn(engine, request)
             async with aclosing(turn):
                 async for items in turn:
                     yield items
 
-    return source_stage(run)
+    return Source(run)
 
 
-def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[Any, Any]:
+def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Transform[Any, Any]:
     """The ``output_parse`` stage: token pieces in, blocks and errors out, then the
     :class:`~cuca.turn.EndOfTurn` built from the :class:`TurnEnd`."""
 
-    class OutputParse(Step[Any, Any]):
-        def __init__(self, out: Sink[Any]) -> None:
-            super().__init__(out)
+    class OutputParse(Transformer[Any, Any]):
+        def __init__(self) -> None:
             self.parser: OutputParser | HarmonyParser | None = None
             self.request: UnifiedRequest | None = None
             self.token_ends: list[int] = []
             self.offset = 0
 
-        async def send(self, batch: Sequence[Any], /) -> None:
+        async def feed(self, batch: Sequence[Any], /) -> list[Any]:
             out: list[Any] = []
             parser = self.parser
             for item in batch:
@@ -220,6 +231,7 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[A
                     self.offset += len(item)
                     self.token_ends.append(self.offset)
                 elif isinstance(item, TurnStart):
+                    self.request = item.request
                     parser = self.parser = new_output_parser(
                         item.output_format,
                         thinking_enabled=item.thinking_enabled,
@@ -229,10 +241,7 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[A
                 elif isinstance(item, TurnEnd) and parser is not None:
                     out += self._end(parser, item)
                     parser = self.parser = None
-                elif isinstance(item, UnifiedRequest):
-                    self.request = item
-            if out:
-                await self.out.send(out)
+            return out
 
         def _end(self, parser: OutputParser | HarmonyParser, end: TurnEnd) -> list[Any]:
             out: list[Any] = parser.close()
@@ -241,14 +250,12 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Chained[A
                 out.append(EndOfTurn(self.request, summary))
             return out
 
-        async def aclose(self) -> None:
+        async def end(self) -> list[Any]:
             if self.parser is not None:  # the engine failed mid-turn: flush what was held
-                rest = self.parser.close()
-                if rest:
-                    await self.out.send(rest)
-            await self.out.aclose()
+                return self.parser.close()
+            return []
 
-    return Chained(OutputParse)
+    return Transform(OutputParse)
 
 
 def _summary(end: TurnEnd, reasoning_tokens: int | None) -> TurnSummary:
@@ -261,7 +268,7 @@ def _summary(end: TurnEnd, reasoning_tokens: int | None) -> TurnSummary:
     return TurnSummary(usage=usage, prompt_cache_usage=cache, finish_reason=end.finish_reason)
 
 
-def turn_stages(model: Engine) -> tuple[Chained[UnifiedRequest, Any], Chained[Any, Any]]:
+def turn_stages(model: Engine) -> tuple[Source[UnifiedRequest, Any], Transform[Any, Any]]:
     """The ``engine`` and ``output_parse`` stages of one turn on ``model`` (a
     :class:`~cuca.engine.LocalModel`)."""
     return engine_stage(model), output_parse_stage()

@@ -3,9 +3,9 @@
 The built-in points of a turn, and the item type at each hop, are declared once in
 :mod:`cuca.stages.points`: over HTTP ``request_hooks``, ``encode``, ``transport``,
 ``sse_parse``, ``decode`` and ``chunk_hooks``; on the local engine ``request_hooks``,
-``engine``, ``output_parse`` and ``chunk_hooks``. The built-in stages are chained into
-one call chain, the last of which runs in the consumer's task as it pulls
-(:mod:`cuca.stages.pull`); a channel exists only where a user stage was inserted. Insert your
+``engine``, ``output_parse`` and ``chunk_hooks``. One runner (:mod:`cuca.stages.runner`)
+runs them fused into the consumer's pull (the default: a channel only around a user
+stage) or each as its own actor on memory channels (``fused=False``). Insert your
 own with :func:`before` or :func:`after` (a point, or its name); :func:`map_items` and
 :func:`tap` build simple stages from a function, and :func:`redact_text` hides secrets in
 streamed text, across delta boundaries.

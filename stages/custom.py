@@ -30,10 +30,7 @@ def map_items(fn: Callable[[T], T | None]) -> Stage[T, T]:
         receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
     ) -> None:
         async for batch in receive:
-            out = [
-                item if isinstance(item, _CONTROL) else fn(item)
-                for item in batch
-            ]
+            out = [item if isinstance(item, _CONTROL) else fn(item) for item in batch]
             out = [item for item in out if item is not None]
             if out:
                 await send.send(out)

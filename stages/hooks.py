@@ -14,19 +14,19 @@ from cuca.plugins import CucaPlugin, overrides
 from cuca.turn import EndOfTurn
 from cuca.types import UnifiedRequest
 
-from .chain import Chained, Step, passthrough
+from .stage import PASS, Transform, Transformer
 
 __all__ = ["chunk_hooks_stage", "request_hooks_stage"]
 
 
-def request_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[UnifiedRequest, UnifiedRequest]:
+def request_hooks_stage(plugins: Sequence[CucaPlugin]) -> Transform[UnifiedRequest, UnifiedRequest]:
     """Run every plugin's ``on_request`` in order; an error aborts the turn."""
     hooked = [p for p in plugins if overrides(p, "on_request")]
     if not hooked:
-        return Chained(passthrough)
+        return PASS
 
-    class RequestHooks(Step[UnifiedRequest, UnifiedRequest]):
-        async def send(self, batch: Sequence[UnifiedRequest], /) -> None:
+    class RequestHooks(Transformer[UnifiedRequest, UnifiedRequest]):
+        async def feed(self, batch: Sequence[UnifiedRequest], /) -> list[UnifiedRequest]:
             out: list[UnifiedRequest] = []
             for request in batch:
                 for plugin in hooked:
@@ -39,19 +39,19 @@ def request_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[UnifiedRequest
                     if not isinstance(request, UnifiedRequest):
                         raise PluginError(plugin.name, "on_request must return a request")
                 out.append(request)
-            await self.out.send(out)
+            return out
 
-    return Chained(RequestHooks)
+    return Transform(RequestHooks)
 
 
-def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[Any, Any]:
+def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Transform[Any, Any]:
     """Run every plugin's ``on_stream_chunk`` on each block; at the :class:`EndOfTurn`,
     call ``on_response_complete`` with the turn's response. A hook that raises is
     reported as a :class:`PluginError` item in place of its block."""
     chunk_hooked = [p for p in plugins if overrides(p, "on_stream_chunk")]
     done_hooked = [p for p in plugins if overrides(p, "on_response_complete")]
     if not chunk_hooked and not done_hooked:
-        return Chained(passthrough)
+        return PASS
 
     async def run_hooks(item: Any, out: list[Any]) -> None:
         for plugin in chunk_hooked:
@@ -73,8 +73,8 @@ def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[Any, Any]:
                 out.append(PluginError.hook_failed(plugin.name, "on_response_complete", exc))
         out.append(end)
 
-    class ChunkHooks(Step[Any, Any]):
-        async def send(self, batch: Sequence[Any], /) -> None:
+    class ChunkHooks(Transformer[Any, Any]):
+        async def feed(self, batch: Sequence[Any], /) -> list[Any]:
             out: list[Any] = []
             for item in batch:
                 if isinstance(item, EndOfTurn):
@@ -83,7 +83,6 @@ def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Chained[Any, Any]:
                     out.append(item)
                 else:
                     await run_hooks(item, out)
-            if out:
-                await self.out.send(out)
+            return out
 
-    return Chained(ChunkHooks)
+    return Transform(ChunkHooks)

@@ -1,6 +1,6 @@
 """The HTTP stages of a turn: adapter encode, transport, SSE parse, adapter decode.
 
-Each is a thin chained stage (:mod:`cuca.stages.chain`) around an I/O-free object (the
+Each is a thin transformer (:mod:`cuca.stages.stage`) around an I/O-free object (the
 adapter's encoder, framer and decoder) except the transport, a source that owns the only
 socket of the turn and produces each network read as one batch, so the per-stage cost
 is paid per read, not per token.
@@ -29,10 +29,10 @@ from cuca.retry import RetryPolicy, parse_retry_after
 from cuca.turn import EndOfTurn
 from cuca.types import UnifiedRequest
 
-from .chain import Chained, Sink, Step, StopInput, source_stage
 from .items import EncodedRequest, ResponseHead
-from .protocols import Decoder, Framer, WireRequest
+from .protocols import Framer, StreamDecoder, WireRequest
 from .sse import SseEvent
+from .stage import Source, Transform, Transformer
 
 __all__ = ["decode_stage", "encode_stage", "sse_stage", "transport_stage"]
 
@@ -43,23 +43,23 @@ StatusError = Callable[[int, str, "float | None"], HttpStatusError]
 
 def encode_stage(
     encode: Callable[[UnifiedRequest], WireRequest],
-) -> Chained[UnifiedRequest, EncodedRequest]:
+) -> Transform[UnifiedRequest, EncodedRequest]:
     """Pair each request with the adapter's HTTP request for it."""
 
-    class Encode(Step[UnifiedRequest, EncodedRequest]):
-        async def send(self, batch: Sequence[UnifiedRequest], /) -> None:
-            await self.out.send([EncodedRequest(request, encode(request)) for request in batch])
+    class Encode(Transformer[UnifiedRequest, EncodedRequest]):
+        async def feed(self, batch: Sequence[UnifiedRequest], /) -> list[EncodedRequest]:
+            return [EncodedRequest(request, encode(request)) for request in batch]
 
-    return Chained(Encode)
+    return Transform(Encode)
 
 
 def transport_stage(
     http: httpx.AsyncClient,
     status_error: StatusError,
     retry: RetryPolicy | None = None,
-) -> Chained[EncodedRequest, ResponseHead | bytes]:
+) -> Source[EncodedRequest, ResponseHead | bytes]:
     """Send each request; produce a :class:`ResponseHead`, then the body, one batch per
-    network read (a source: see :mod:`cuca.stages.chain`).
+    network read (a source: see :mod:`cuca.stages.stage`).
 
     Failures before the first body byte (connection errors, 408/409/429/5xx) are
     retried per ``retry``; a non-2xx status that is not retried (or retried too often)
@@ -69,6 +69,9 @@ def transport_stage(
     ``ReadTimeout``, ``StreamIncomplete`` for a body cut short).
     The response is closed when the body ends, when the reader stops early (the decoder
     saw the end marker, an error, a cancellation: the iterator is closed) and on error.
+    Closed early, it hangs up first and then runs httpx's body iterator to its end (it
+    ends at once, by an error): every async generator of httpx and httpcore under it
+    finishes then, none is left for trio's finalizer to close in a task of its own.
     """
     policy = retry if retry is not None else RetryPolicy()
 
@@ -78,19 +81,34 @@ def transport_stage(
         for encoded in batch:
             response = await _open(http, encoded.http, status_error, policy)
             url = encoded.http.url
+            chunks = cast(AsyncGenerator[bytes, None], _body(response))
             try:
                 headers = tuple(response.headers.multi_items())
                 yield [ResponseHead(encoded.request, response.status_code, headers)]
-                chunks = cast(AsyncGenerator[bytes, None], _body(response))
-                async with aclosing(chunks):
-                    async for chunk in chunks:
-                        yield [chunk]
+                async for chunk in chunks:
+                    yield [chunk]
             except httpx.HTTPError as exc:
                 raise _transport_error(exc, url, streaming=True) from exc
             finally:
                 await response.aclose()
+                await _run_out(chunks)
 
-    return source_stage(transport)
+    return Source(transport)
+
+
+async def _run_out(chunks: AsyncGenerator[bytes, None]) -> None:
+    """Run a hung-up response's body iterator to its end. Closing it instead (``aclose``)
+    would end only the outermost of httpx's nested generators and leave the others to
+    trio's finalizer; read once more after the response is closed, each one ends by the
+    same ``ReadError``. Shielded and bounded: after the hang-up it does no I/O."""
+    with trio.move_on_after(1) as scope:
+        scope.shield = True
+        async with aclosing(chunks):
+            try:
+                async for _ in chunks:
+                    pass
+            except httpx.HTTPError:
+                pass
 
 
 def _body(response: httpx.Response) -> AsyncIterator[bytes]:
@@ -198,16 +216,28 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
 
 
-def sse_stage(new_framer: Callable[[], Framer]) -> Chained[Any, Any]:
+class _Holding(Transformer[Any, Any]):
+    """A transformer that, when one item of a batch fails, returns what the items before
+    it gave, and raises the error at its next call: items made before an error still
+    reach the consumer, then the error ends the turn."""
+
+    held: Exception | None = None
+
+    def _raise_held(self) -> None:
+        if self.held is not None:
+            raise self.held
+
+
+def sse_stage(new_framer: Callable[[], Framer]) -> Transform[Any, Any]:
     """Split response bytes into events with the adapter's framer (SSE by default); the
     :class:`ResponseHead` passes through."""
 
-    class SseParse(Step[ResponseHead | bytes, ResponseHead | SseEvent]):
-        def __init__(self, out: Sink[ResponseHead | SseEvent]) -> None:
-            super().__init__(out)
+    class SseParse(_Holding):
+        def __init__(self) -> None:
             self.framer = new_framer()
 
-        async def send(self, batch: Sequence[ResponseHead | bytes], /) -> None:
+        async def feed(self, batch: Sequence[ResponseHead | bytes], /) -> list[Any]:
+            self._raise_held()
             feed = self.framer.feed
             events: list[ResponseHead | SseEvent] = []
             try:
@@ -216,17 +246,17 @@ def sse_stage(new_framer: Callable[[], Framer]) -> Chained[Any, Any]:
                         events += feed(chunk)
                     else:
                         events.append(chunk)
-            finally:  # events framed before an error still go on
-                if events:
-                    await self.out.send(events)
+            except Exception as exc:
+                if not events:
+                    raise
+                self.held = exc
+            return events
 
-        async def aclose(self) -> None:
-            tail = self.framer.close()
-            if tail:
-                await self.out.send(tail)
-            await self.out.aclose()
+        async def end(self) -> list[SseEvent]:
+            self._raise_held()
+            return self.framer.close()
 
-    return Chained(SseParse)
+    return Transform(SseParse)
 
 
 def _as_answered(head: ResponseHead) -> UnifiedRequest:
@@ -247,32 +277,32 @@ server still sending after that many is cut off."""
 
 
 def decode_stage(
-    new_decoder: Callable[[UnifiedRequest], Decoder], endpoint: str | None = None
-) -> Chained[Any, Any]:
+    new_decoder: Callable[[UnifiedRequest], StreamDecoder], endpoint: str | None = None
+) -> Transform[Any, Any]:
     """Translate events into items with a decoder built from the :class:`ResponseHead`'s
     request; end with the :class:`~cuca.turn.EndOfTurn` once the body ended cleanly
     (naming ``endpoint``, the base URL the turn went to).
 
     After the provider's end marker the rest of the body is drained unread, so the
-    connection goes back to the pool.
+    connection goes back to the pool; a server still sending after
+    :data:`MAX_DRAIN_READS` reads is cut off (the stage turns ``done``).
     """
 
-    class Decode(Step[ResponseHead | SseEvent, Any]):
-        def __init__(self, out: Sink[Any]) -> None:
-            super().__init__(out)
-            self.decoder: Decoder | None = None
+    class Decode(_Holding):
+        def __init__(self) -> None:
+            self.decoder: StreamDecoder | None = None
             self.request: UnifiedRequest | None = None
             self.drained = 0
             self.received = False
 
-        async def send(self, batch: Sequence[ResponseHead | SseEvent], /) -> None:
+        async def feed(self, batch: Sequence[ResponseHead | SseEvent], /) -> list[Any]:
+            self._raise_held()
             self.received = True
             decoder = self.decoder
             if decoder is not None and decoder.finished:
                 self.drained += 1
-                if self.drained > MAX_DRAIN_READS:
-                    raise StopInput  # a server that goes on after its end marker
-                return
+                self.done = self.drained > MAX_DRAIN_READS
+                return []
             items: list[Any] = []
             try:
                 for event in batch:
@@ -285,22 +315,22 @@ def decode_stage(
                         items += decoder.feed(event)
                         if decoder.finished:
                             break
-            finally:  # items decoded before an error still reach the consumer
-                if items:
-                    await self.out.send(items)
+            except Exception as exc:
+                if not items:
+                    raise
+                self.held = exc
+            return items
 
-        async def aclose(self) -> None:
+        async def end(self) -> list[Any]:
+            self._raise_held()
             if self.decoder is None or self.request is None:
                 if not self.received:  # no request went out (a cache answered the turn)
-                    await self.out.aclose()
-                    return
+                    return []
                 raise StreamIncomplete("the response ended before it began")
             tail = self.decoder.close()
-            end = EndOfTurn(self.request, self.decoder.summary(), endpoint)
-            await self.out.send([*tail, end])
-            await self.out.aclose()
+            return [*tail, EndOfTurn(self.request, self.decoder.summary(), endpoint)]
 
-    return Chained(Decode)
+    return Transform(Decode)
 
 
 transport_error = _transport_error

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from cuca.engine import TurnEnd, TurnStart
     from cuca.turn import Item
 
-    EngineRecord = UnifiedRequest | TurnStart | str | TurnEnd
+    EngineRecord = TurnStart | str | TurnEnd
 
 __all__ = [
     "CHUNK_HOOKS",
@@ -84,7 +84,6 @@ def _resolve(spec: TypeSpec) -> type:
 
 _ITEMS: tuple[TypeSpec, ...] = (*get_args(Block), CucaError, EndOfTurn)
 _RECORDS: tuple[TypeSpec, ...] = (
-    UnifiedRequest,
     "cuca.engine:TurnStart",
     str,
     "cuca.engine:TurnEnd",
@@ -136,14 +135,14 @@ CHUNK_HOOKS: Point[Item | EndOfTurn, Item | EndOfTurn] = Point(
 ENGINE: Point[UnifiedRequest, EngineRecord] = Point(
     "engine",
     "`UnifiedRequest`",
-    "the request, a `TurnStart`, one `str` per token, a `TurnEnd`",
+    "a `TurnStart` (the request as sent, the output format), one `str` per token, a `TurnEnd`",
     "the turn runs on the model's engine thread, in one batch with its other turns; "
     "each wake-up carries every token since the last",
     (UnifiedRequest,),
 )
 OUTPUT_PARSE: Point[EngineRecord, Item | EndOfTurn] = Point(
     "output_parse",
-    "the request, `TurnStart`, `str`, `TurnEnd`",
+    "`TurnStart`, `str`, `TurnEnd`",
     _BLOCKS,
     "the streaming output parser of the model's format (text, reasoning, tool calls)",
     _RECORDS,

@@ -1,19 +1,23 @@
 """What the built-in stages need from an adapter, as structural types.
 
 Stages know no vendor: they call whatever object fits these shapes. The provider
-adapters in ``cuca.providers`` fit them.
+adapters in ``cuca.providers`` fit them (their decoders subclass :class:`StreamDecoder`,
+which ``cuca.providers`` re-exports).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cuca.types import TurnSummary
 
+if TYPE_CHECKING:
+    from cuca.turn import Item
+
 from .sse import SseEvent
 
-__all__ = ["Decoder", "Framer", "WireRequest"]
+__all__ = ["Framer", "StreamDecoder", "WireRequest"]
 
 
 class WireRequest(Protocol):
@@ -39,14 +43,22 @@ class Framer(Protocol):
     def close(self) -> list[SseEvent]: ...
 
 
-class Decoder(Protocol):
-    """Turns events into items; ``finished`` once the end marker arrived."""
+class StreamDecoder(Protocol):
+    """Turns one response's events into items; one instance per turn.
 
-    @property
-    def finished(self) -> bool: ...
+    ``feed`` returns the items an event produced (blocks, or ``CucaError`` instances for
+    errors that do not end the turn) and raises a ``CucaError`` for one that does.
+    ``close`` is called once when the byte stream ends: it returns what is still pending
+    and raises ``StreamIncomplete`` if the stream was cut before the turn was complete.
+    ``finished`` turns true once the provider's end marker arrived: the transport then
+    stops reading (after a short drain). ``summary`` is what the provider reported about
+    the turn (usage, finish reason).
+    """
 
-    def feed(self, event: SseEvent) -> list[Any]: ...
+    finished: bool = False
 
-    def close(self) -> list[Any]: ...
+    def feed(self, event: SseEvent) -> list[Item]: ...
+
+    def close(self) -> list[Item]: ...
 
     def summary(self) -> TurnSummary: ...

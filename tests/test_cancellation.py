@@ -10,6 +10,7 @@ stream, and the local engine.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -45,11 +46,75 @@ def assert_dropped_cleanly(outcome: Outcome) -> None:
 
 
 @settings(max_examples=examples(25), deadline=None)
-@given(drop=drops(), pace=st.sampled_from([0.0, 0.001]))
-def test_cancellation_drop_at_any_hop_leaves_nothing(drop: Drop, pace: float) -> None:
-    """An endless stream dropped anywhere: no task, thread, descriptor or connection."""
+@given(drop=drops(), pace=st.sampled_from([0.0, 0.001]), fused=st.booleans())
+def test_cancellation_drop_at_any_hop_leaves_nothing(drop: Drop, pace: float, fused: bool) -> None:
+    """An endless stream dropped anywhere, fused or as actors: no task, thread,
+    descriptor or connection."""
     reply = Reply.endless(b"data: T tok\n\n", delay=pace)
-    assert_dropped_cleanly(run_turn(Subject(FAKE), reply, drop=drop))
+    assert_dropped_cleanly(run_turn(Subject(FAKE, fused=fused), reply, drop=drop))
+
+
+@pytest.fixture(scope="module")
+def endless_url() -> Iterator[str]:
+    """An endless stream served from a thread of its own (its own ``trio.run``): the
+    client's run then counts only the tasks of the client and its turns."""
+    ready = threading.Event()
+    found: list[tuple[str, trio.lowlevel.TrioToken, trio.Event]] = []
+
+    async def serve() -> None:
+        async with open_replay_server(Reply.endless(b"data: T tok\n\n", delay=0.0005)) as server:
+            stop = trio.Event()
+            found.append((server.url, trio.lowlevel.current_trio_token(), stop))
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
+    thread.start()
+    ready.wait(10)
+    url, token, stop = found[0]
+    yield url
+    trio.from_thread.run_sync(stop.set, trio_token=token)
+    thread.join(10)
+
+
+def living() -> int:
+    return trio.lowlevel.current_statistics().tasks_living
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(
+    after=st.integers(0, 30),
+    how=st.sampled_from(["break", "cancel", "timer"]),
+    fused=st.booleans(),
+)
+def test_cancellation_a_dropped_default_turn_leaves_no_living_task(
+    endless_url: str, after: int, how: str, fused: bool
+) -> None:
+    """A turn without user stages (fused: the consumer's task reads the socket) dropped
+    after ``after`` items, by ``break``, by cancelling the consumer's scope mid-read, or
+    by a timer: right after the stream's block, trio has exactly the tasks it had before
+    the client opened (no ``close asyncgen ... (abandoned)`` task of httpx's left to
+    trio's finalizer)."""
+
+    async def main() -> tuple[int, int, int]:
+        before = living()
+        async with CucaClient(FAKE, base_url=endless_url, fused=fused) as client:
+            with trio.move_on_after(0.0005 * after if how == "timer" else 30) as scope:
+                async with client.generate_stream(REQUEST) as stream:
+                    seen = 0
+                    async for _ in stream:
+                        seen += 1
+                        if seen > after and how == "break":
+                            break
+                        if seen > after and how == "cancel":
+                            scope.cancel()
+            assert scope.cancelled_caught or how == "break"
+            right_after = living()
+        return before, right_after, living()
+
+    before, right_after, closed = trio.run(main)
+    assert right_after == before
+    assert closed == before
 
 
 @pytest.fixture(scope="module")

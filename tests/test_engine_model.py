@@ -26,7 +26,7 @@ from cuca.engine.records import TokenSink, TurnEnd, TurnStart
 from cuca.engine.sandbox import ChatSandbox
 from cuca.engine.worker import turn_stages
 from cuca.errors import ConfigurationError, ContextOverflowError
-from cuca.stages.chain import as_actor
+from cuca.stages.runner import as_actor
 from cuca.turn import EndOfTurn
 from cuca.types import (
     ImageBase64,
@@ -614,10 +614,10 @@ class FakeGenerator:
         self.emitted = 0
         self._room = threading.Event()
 
-    def prepare(self, request: UnifiedRequest) -> UnifiedRequest:
-        return request
+    def prepare(self, request: UnifiedRequest) -> Any:
+        return TurnStart(OutputFormat(reasoning=None), False)  # what the worker reads of it
 
-    def submit(self, prepared: UnifiedRequest, sink: TokenSink) -> threading.Thread:
+    def submit(self, prepared: Any, sink: TokenSink) -> threading.Thread:
         thread = threading.Thread(target=self._run, args=(sink,), daemon=True)
         thread.start()
         return thread
@@ -717,7 +717,7 @@ async def test_worker_dropping_the_stream_stops_the_generator() -> None:
 
 async def test_worker_error_is_raised_from_the_engine_stage() -> None:
     class Failing(FakeGenerator):
-        def prepare(self, request: UnifiedRequest) -> UnifiedRequest:
+        def prepare(self, request: UnifiedRequest) -> Any:
             raise ConfigurationError("nope")
 
     request = UnifiedRequest.new("x")

@@ -63,9 +63,19 @@ def test_points_the_client_builds_both_pipelines_from_the_table() -> None:
 
 def test_points_built_in_stages_share_one_task_and_a_user_stage_splits_it() -> None:
     client = CucaClient(FAKE)
-    assert client.pipeline().tasks == (HTTP_POINTS,)
+    assert client.pipeline().tasks() == (HTTP_POINTS,)
     split = client.pipeline([after("transport", tap(print), name="spy")])
-    assert split.tasks == (HTTP_POINTS[:3], ("spy",), HTTP_POINTS[3:])
+    assert split.tasks() == (HTTP_POINTS[:3], ("spy",), HTTP_POINTS[3:])
+
+
+def test_points_as_actors_every_point_with_work_is_a_task() -> None:
+    """Without plugins the two hook points have nothing to do: no task for them."""
+    split = CucaClient(FAKE).pipeline([after("transport", tap(print), name="spy")])
+    assert split.tasks(fused=False) == (
+        *((name,) for name in HTTP_POINTS[1:3]),
+        ("spy",),
+        *((name,) for name in HTTP_POINTS[3:5]),
+    )
 
 
 @pytest.mark.parametrize(
@@ -190,14 +200,14 @@ def model() -> Any:
 
 
 async def test_points_tap_after_engine_sees_the_engine_records(model: LocalModel) -> None:
-    """docs/local-engine.md promises after("engine", ...): a stage there sees the
-    request, a TurnStart, one str per token and a TurnEnd."""
+    """docs/local-engine.md promises after("engine", ...): a stage there sees a
+    TurnStart (with the request as sent), one str per token and a TurnEnd."""
     seen: list[Any] = []
     request = UnifiedRequest.new("smollm2").add_user_message("Say hi.").set_max_tokens(6)
     async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
         done = await client.generate(request, stages=[after("engine", tap(seen.append))])
-    assert isinstance(seen[0], UnifiedRequest) and seen[0].model == "smollm2"
-    assert isinstance(seen[1], TurnStart)
+    assert isinstance(seen[0], TurnStart)
+    assert seen[0].request is not None and seen[0].request.model == "smollm2"
     assert isinstance(seen[-1], TurnEnd)
     tokens = [item for item in seen if isinstance(item, str)]
     assert len(tokens) == seen[-1].completion_tokens == 6
@@ -224,4 +234,3 @@ async def test_points_wrong_item_on_a_local_turn_is_a_plugin_error(model: LocalM
     async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
         with pytest.raises(PluginError, match="stage 'ints' sent a int to 'output_parse'"):
             await client.generate(request, stages=[stray])
-

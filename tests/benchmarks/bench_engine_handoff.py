@@ -11,7 +11,7 @@ of the whole process (both threads) per token, median of ``REPEATS`` runs, for:
   consumer reading ``async for token in receive`` (the peer the issue names);
 - the same with ``trio.from_thread.run_sync(send.send_nowait, token)``;
 - cuca's hand-off alone: the ``engine`` stage's source (the relay) pulled by the
-  consumer's task, as the pipeline does (:mod:`cuca.stages.pull`);
+  consumer's task, as a fused turn does (:mod:`cuca.stages.runner`);
 - a whole local turn through ``CucaClient`` (hand-off, output parser, a ``Text`` per
   token, the stream).
 
@@ -43,7 +43,10 @@ class PacedEngine:
         self.tokens = tokens
 
     def prepare(self, request: Any) -> Any:
-        return request
+        from cuca.engine.formats import OutputFormat
+        from cuca.engine.records import TurnStart
+
+        return TurnStart(OutputFormat(reasoning=None), False)  # its format, as a prepared turn
 
     def submit(self, prepared: Any, sink: Any) -> threading.Thread:
         thread = threading.Thread(target=self._run, args=(sink,), daemon=True)
@@ -57,11 +60,9 @@ class PacedEngine:
         pass
 
     def _run(self, sink: Any) -> None:
-        from cuca.engine.formats import OutputFormat
-        from cuca.engine.records import TurnEnd, TurnStart
+        from cuca.engine.records import TurnEnd
         from cuca.types import PromptCacheUsage
 
-        sink.start(TurnStart(OutputFormat(reasoning=None), False))
         for _ in range(self.tokens):
             time.sleep(PACE)
             sink.token("a")
@@ -124,10 +125,9 @@ async def cuca_handoff(tokens: int) -> tuple[int, int]:
     from cuca.engine.worker import engine_stage
     from cuca.types import UnifiedRequest
 
-    source = engine_stage(PacedEngine(tokens)).source
-    assert source is not None
+    source = engine_stage(PacedEngine(tokens))
     got = wakeups = 0
-    async with aclosing(source([UnifiedRequest.new("m")])) as batches:
+    async with aclosing(source.open([UnifiedRequest.new("m")])) as batches:
         async for batch in batches:
             tokens_in = sum(1 for item in batch if type(item) is str)
             got += tokens_in

@@ -47,7 +47,8 @@ class Subject:
     format marks the end of a turn (``[DONE]``, ``message_stop``): when it does, a body
     that ends before it must give a typed error; when it does not, a body cut at a frame
     boundary is a shorter good turn. `error_body` makes the vendor's JSON error body for
-    a status and a message, if the wire has one.
+    a status and a message, if the wire has one. `fused` is the client's (see
+    docs/pipeline.md): the kit's checks hold in both modes.
     """
 
     endpoint: ProviderEndpoint
@@ -57,6 +58,7 @@ class Subject:
     request: UnifiedRequest = attrs.field(factory=_default_request)
     end_marker: bool = True
     error_body: Callable[[int, str], bytes] | None = None
+    fused: bool = True
 
     def client(self, server_url: str, http: httpx.AsyncClient) -> CucaClient:
         """A client for the adapter on `http`, pointed at a replay server; it never retries."""
@@ -67,6 +69,7 @@ class Subject:
             provider_config=self.provider_config,
             http_client=http,
             retry=RetryPolicy.never(),
+            fused=self.fused,
         )
 
 

@@ -49,7 +49,7 @@ def check_adapter(
         provider_config=provider_config,
         end_marker=end_marker,
         error_body=error_body,
-        **({} if request is None else {"request": request}),
+        **_request(request),
     )
     budget = Budget(max_examples=max_examples, max_offsets=max_offsets)
     failures: list[Failure] = []
@@ -57,6 +57,11 @@ def check_adapter(
         failures += CHECKS[name](subject, transcripts, budget)
     if failures:
         raise ConformanceError(subject, failures)
+
+
+def _request(request: UnifiedRequest | None) -> dict[str, Any]:
+    """``Subject``'s ``request`` keyword, when one was given (else its default)."""
+    return {} if request is None else {"request": request}
 
 
 def conformance_test(
