@@ -99,6 +99,7 @@ if _typing.TYPE_CHECKING:
     from .observers.redaction import RedactRequest as RedactRequest
     from .observers.session_log import LoggedTurn as LoggedTurn
     from .observers.session_log import SessionLog as SessionLog
+    from .plugins import ApprovalEvent as ApprovalEvent
     from .plugins import LoopObserver as LoopObserver
     from .plugins import TurnEnd as TurnEnd
     from .plugins import TurnObserver as TurnObserver
@@ -114,6 +115,7 @@ if _typing.TYPE_CHECKING:
     from .store import MemoryStore as MemoryStore
     from .store import RedisStore as RedisStore
     from .store import SqliteStore as SqliteStore
+    from .tools.approval import Approval as Approval
     from .tools.loop import Step as Step
     from .tools.loop import ToolLoopStream as ToolLoopStream
     from .tools.tool import ArgumentProblem as ArgumentProblem
@@ -143,6 +145,8 @@ _LAZY: dict[str, str] = {
     "LoopObserver": "cuca.plugins",
     "Step": "cuca.tools.loop",
     "ArgumentProblem": "cuca.tools.tool",
+    "Approval": "cuca.tools.approval",
+    "ApprovalEvent": "cuca.plugins",
     "ToolLoopStream": "cuca.tools.loop",
     "Tool": "cuca.tools.tool",
     "ToolFailed": "cuca.tools.tool",

@@ -12,9 +12,9 @@ as a ``PluginError`` item at the end.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -28,7 +28,15 @@ from .types import (
     UnifiedResponse,
 )
 
-__all__ = ["CucaPlugin", "LoopObserver", "ToolDone", "TurnEnd", "TurnObserver", "overrides"]
+__all__ = [
+    "ApprovalEvent",
+    "CucaPlugin",
+    "LoopObserver",
+    "ToolDone",
+    "TurnEnd",
+    "TurnObserver",
+    "overrides",
+]
 
 Status = Literal["ok", "error", "cancelled"]
 
@@ -73,6 +81,48 @@ exception's class name, ``unknown_tool``, ``invalid_arguments``, ``tool_failed``
 :class:`~cuca.tools.tool.ToolFailed`, or ``timeout``)."""
 
 
+ApprovalOutcome = Literal["approved", "edited", "denied", "timeout", "error"]
+
+
+@attrs.frozen
+class ApprovalEvent:
+    """A decision on a call that needed approval, as the tool loop records it.
+
+    ``call`` is the call as the model made it; ``outcome`` is ``"approved"``,
+    ``"edited"`` (approved with other ``arguments``, which are what ran), ``"denied"``,
+    ``"timeout"`` (no decision within ``approval_timeout``) or ``"error"`` (the approver
+    raised, or returned something that is not a decision); the last three fail closed:
+    the tool did not run. ``by`` names who or what decided (the decision's own ``by``,
+    else the approver's name), ``seconds`` how long the decision took, ``reason`` what
+    the approver (or the failure) said.
+    """
+
+    call: ToolCall
+    outcome: ApprovalOutcome
+    by: str
+    seconds: float
+    reason: str | None = None
+    arguments: Mapping[str, Any] | None = None
+
+    @property
+    def ran(self) -> bool:
+        """Whether the tool was allowed to run."""
+        return self.outcome in ("approved", "edited")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready data (what the session log stores)."""
+        return {
+            "tool_call_id": self.call.id,
+            "name": self.call.name,
+            "arguments": dict(self.call.arguments),
+            "outcome": self.outcome,
+            "by": self.by,
+            "seconds": self.seconds,
+            "reason": self.reason,
+            "edited_arguments": None if self.arguments is None else dict(self.arguments),
+        }
+
+
 class LoopObserver:
     """Watches a tool loop from outside; the trace plugin makes spans of it. A plugin
     gives one from :meth:`~cuca.CucaPlugin.observe_tools`. Each method returns a context
@@ -92,7 +142,9 @@ class LoopObserver:
         """Around one call; may give a function told how it ended."""
         return nullcontext()
 
-
+    def approval(self, event: ApprovalEvent) -> None:
+        """A call that needed approval was decided on; called inside that call's
+        :meth:`tool_call` (in its task), before the tool runs or is refused."""
 
 
 class CucaPlugin:

@@ -134,6 +134,8 @@ CUCA = {
     "ToolCallError",
     "ToolLoopError",
     "ArgumentProblem",
+    "Approval",
+    "ApprovalEvent",
     "ToolDefinition",
     "ToolFailed",
     "ToolLoopStream",

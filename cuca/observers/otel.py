@@ -5,7 +5,9 @@ OpenTelemetry API; the application chooses the SDK and the exporter). Each turn 
 ``CLIENT`` span named ``chat {model}`` with the ``gen_ai.*`` request, response and usage
 attributes, and an event when the first block arrived. A tool loop run on the client
 (``client.run_tools``) becomes an ``invoke_agent`` span with a ``step {n}`` span per step,
-holding that step's turn span and an ``execute_tool {name}`` span per tool call.
+holding that step's turn span and an ``execute_tool {name}`` span per tool call. A call
+that needed approval has the decision on its ``execute_tool`` span: the
+``cuca.tool.approval.*`` attributes and an event (``APPROVAL_EVENT``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
 from cuca.errors import CucaError
-from cuca.plugins import CucaPlugin, LoopObserver, ToolDone, TurnEnd, TurnObserver
+from cuca.plugins import ApprovalEvent, CucaPlugin, LoopObserver, ToolDone, TurnEnd, TurnObserver
 from cuca.types import Block, ToolCall, ToolResult, UnifiedRequest
 
-__all__ = ["FIRST_BLOCK_EVENT", "OtelPlugin", "provider_name"]
+__all__ = ["APPROVAL_EVENT", "FIRST_BLOCK_EVENT", "OtelPlugin", "provider_name"]
 
 FIRST_BLOCK_EVENT = "gen_ai.response.first_chunk"
 """The span event recorded when the first block (or error item) of a turn arrived."""
+
+APPROVAL_EVENT = "cuca.tool.approval"
+"""The span event recorded on ``execute_tool`` when a call needing approval was decided."""
 
 _PROVIDER_NAMES = {
     "openai": "openai",
@@ -113,6 +118,18 @@ class _LoopSpans(LoopObserver):
 
         with _current(span):
             yield done
+
+    def approval(self, event: ApprovalEvent) -> None:
+        span = trace.get_current_span()  # the call's execute_tool span, current in its task
+        attributes: dict[str, Any] = {
+            "cuca.tool.approval.outcome": event.outcome,
+            "cuca.tool.approval.by": event.by,
+            "cuca.tool.approval.seconds": event.seconds,
+        }
+        if event.reason is not None:
+            attributes["cuca.tool.approval.reason"] = event.reason
+        span.set_attributes(attributes)
+        span.add_event(APPROVAL_EVENT, attributes)
 
 
 @contextmanager

@@ -9,17 +9,21 @@ commits what is queued as one transaction in WAL mode, so concurrent turns, thre
 processes share the file without a turn ever waiting on the disk or on another process's
 lock. A turn is on disk moments after it ends; :meth:`SessionLog.flush` waits for it,
 and :meth:`SessionLog.close` writes everything queued. A process killed mid-turn leaves
-every turn it had written intact; its unfinished row reads back as ``interrupted``.
+every turn it had written intact; its unfinished row reads back as ``interrupted``. A
+tool loop's approval decisions are stored with the turn whose calls they decided
+(``LoggedTurn.approvals``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -29,7 +33,7 @@ import attrs
 
 from cuca.convert import structure, unstructure
 from cuca.errors import ConfigurationError, CucaError
-from cuca.plugins import CucaPlugin, TurnEnd, TurnObserver
+from cuca.plugins import ApprovalEvent, CucaPlugin, LoopObserver, TurnEnd, TurnObserver
 from cuca.stream import merge_blocks
 from cuca.types import Block, PromptCacheUsage, Text, TokenUsage, UnifiedRequest
 
@@ -55,14 +59,19 @@ CREATE TABLE IF NOT EXISTS turns (
     cost TEXT,
     first_block_s REAL,
     total_s REAL,
-    raw BLOB
+    raw BLOB,
+    approvals TEXT
 )
 """
 
 _COLUMNS = (
     "id, started_at, status, pid, provider, model, request, blocks, errors, error, usage, "
-    "cache_usage, finish_reason, cost, first_block_s, total_s, raw"
+    "cache_usage, finish_reason, cost, first_block_s, total_s, raw, approvals"
 )
+
+_STEP: contextvars.ContextVar[list[_Recorder]] = contextvars.ContextVar("cuca_session_log_step")
+"""The turns a tool loop's current step opened (set by the loop observer's ``step``, in
+the loop's task, which is where the step's turn is observed and its calls run)."""
 
 
 @attrs.frozen
@@ -74,7 +83,9 @@ class LoggedTurn:
     consumer received, deltas merged as in a `Completion`; ``errors`` the non-fatal error
     items and ``error`` the one that ended the turn, each as ``{"kind": class name,
     "message": text}``. ``raw`` is the response body when the log was opened with
-    ``raw=True``.
+    ``raw=True``. ``approvals`` are the decisions on this turn's tool calls when a tool
+    loop asked for them (each ``ApprovalEvent.to_dict()``: call id, name, arguments,
+    outcome, by, seconds, reason, edited arguments).
     """
 
     id: int
@@ -93,6 +104,7 @@ class LoggedTurn:
     first_block_seconds: float | None = None
     total_seconds: float | None = None
     raw: bytes | None = attrs.field(default=None, repr=False)
+    approvals: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The turn as JSON-ready data (``raw`` as text, undecodable bytes escaped)."""
@@ -113,6 +125,7 @@ class LoggedTurn:
             "first_block_seconds": self.first_block_seconds,
             "total_seconds": self.total_seconds,
             "raw": None if self.raw is None else self.raw.decode("utf-8", "backslashreplace"),
+            "approvals": list(self.approvals),
         }
 
 
@@ -139,6 +152,9 @@ class SessionLog(CucaPlugin):
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(turns)")}
+            if "approvals" not in columns:  # a file written before approvals were logged
+                self._db.execute("ALTER TABLE turns ADD COLUMN approvals TEXT")
             self._mark_interrupted()
         except sqlite3.Error as exc:
             self._db.close()
@@ -190,7 +206,23 @@ class SessionLog(CucaPlugin):
             recorder.turn_id = cursor.lastrowid
 
         self._checked(lambda: self._writer.put(insert))
+        step = _STEP.get(None)
+        if step is not None:
+            step.append(recorder)
         return recorder
+
+    def observe_tools(self, request: UnifiedRequest) -> LoopObserver:
+        return _LoopRecorder(self)
+
+    def _approved(self, recorder: _Recorder, event: ApprovalEvent) -> None:
+        """Queue ``event`` into the row of the turn ``recorder`` records."""
+        recorder.approvals.append(event.to_dict())
+        approvals = json.dumps(recorder.approvals, ensure_ascii=False)
+
+        def update(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE turns SET approvals = ? WHERE id = ?", (approvals, recorder.turn_id))
+
+        self._checked(lambda: self._writer.put(update))
 
     def _checked(self, call: Callable[[], None]) -> None:
         try:
@@ -241,6 +273,26 @@ class SessionLog(CucaPlugin):
         return _turn(row)
 
 
+class _LoopRecorder(LoopObserver):
+    """Links a tool loop's approval decisions to the turn of their step."""
+
+    def __init__(self, log: SessionLog) -> None:
+        self.log = log
+
+    @contextmanager
+    def step(self, number: int) -> Iterator[None]:
+        token = _STEP.set([])
+        try:
+            yield
+        finally:
+            _STEP.reset(token)
+
+    def approval(self, event: ApprovalEvent) -> None:
+        turns = _STEP.get(None)
+        if turns:
+            self.log._approved(turns[-1], event)
+
+
 class _Recorder(TurnObserver):
     """Collects one turn and writes it once, at its end.
 
@@ -258,6 +310,7 @@ class _Recorder(TurnObserver):
         self.texts: list[str] = []  # the current run of plain text deltas
         self.errors: list[dict[str, str]] = []
         self.chunks: list[bytes] = []
+        self.approvals: list[dict[str, Any]] = []
 
     def on_raw(self, chunks: Sequence[bytes]) -> None:
         self.chunks.extend(chunks)
@@ -344,7 +397,7 @@ def _loads(text: str | None, cls: Any) -> Any:
 
 def _turn(row: Sequence[Any]) -> LoggedTurn:
     (turn_id, started, status, pid, provider, model, request, blocks, errors, error,
-     usage, cache, finish, cost, first, total, raw) = row  # fmt: skip
+     usage, cache, finish, cost, first, total, raw, approvals) = row  # fmt: skip
     if status == "running" and not _alive(pid):
         status = "interrupted"
     return LoggedTurn(
@@ -364,4 +417,5 @@ def _turn(row: Sequence[Any]) -> LoggedTurn:
         first_block_seconds=first,
         total_seconds=total,
         raw=raw,
+        approvals=tuple(json.loads(approvals)) if approvals else (),
     )

@@ -32,6 +32,7 @@ from cuca._nursery import background_nursery
 from cuca.errors import ConfigurationError, CucaError, ToolCallError, ToolLoopError
 from cuca.plugins import CucaPlugin, LoopObserver
 from cuca.stream import merge_blocks
+from cuca.tools.approval import Approver, decide, refusal
 from cuca.tools.tool import ArgumentProblem, Tool, ToolArgumentsError, ToolFailed, as_tool
 from cuca.types import (
     Block,
@@ -90,6 +91,8 @@ class ToolLoopOptions(TypedDict, total=False):
     max_concurrency: int
     tracebacks: bool
     max_invalid_calls: int
+    approve: Approver | None
+    approval_timeout: float | None
 
 
 class ToolLoopStream:
@@ -219,6 +222,8 @@ async def run_tools(
     max_concurrency: int = 8,
     tracebacks: bool = False,
     max_invalid_calls: int = 3,
+    approve: Approver | None = None,
+    approval_timeout: float | None = None,
 ) -> AsyncIterator[ToolLoopStream]:
     """Run ``request`` on ``client`` with ``tools`` until the model stops calling them
     or ``max_steps`` steps have run.
@@ -235,8 +240,22 @@ async def run_tools(
     call that breaks it does not run, and its error result lists every problem (path,
     expected, got) so that the model can call again. The ``max_invalid_calls + 1``-th
     such call of one tool ends the loop with :class:`~cuca.ToolLoopError`.
+
+    A call of a tool that needs approval waits for ``approve`` (called with the call;
+    async, or sync in a worker thread) at most ``approval_timeout`` seconds, while the
+    other calls run; a denial, a failure or the timeout gives the model an error result
+    and the tool does not run. Every decision is told to the observers
+    (:meth:`~cuca.LoopObserver.approval`).
     """
-    options = _Options(max_steps, tool_timeout, max_concurrency, tracebacks, max_invalid_calls)
+    options = _Options(
+        max_steps,
+        tool_timeout,
+        max_concurrency,
+        tracebacks,
+        max_invalid_calls,
+        approve,
+        approval_timeout,
+    )
     loop = _Loop(client, request, tools, options)
     send, receive = trio.open_memory_channel[Message](0)
     with receive:
@@ -254,12 +273,16 @@ class _Options:
     max_concurrency: int
     tracebacks: bool
     max_invalid_calls: int
+    approve: Approver | None = None
+    approval_timeout: float | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.max_steps < 1 or self.max_concurrency < 1:
             raise ConfigurationError("max_steps and max_concurrency must be at least 1")
         if self.max_invalid_calls < 0:
             raise ConfigurationError("max_invalid_calls must be 0 or more")
+        if self.approval_timeout is not None and not self.approval_timeout >= 0:
+            raise ConfigurationError("approval_timeout is seconds (0 or more), or None")
 
 
 class _Loop:
@@ -280,6 +303,9 @@ class _Loop:
         self.limiter = trio.CapacityLimiter(options.max_concurrency)
         self.tracebacks = options.tracebacks
         self.max_invalid = options.max_invalid_calls
+        self.approve = options.approve
+        self.approval_timeout = options.approval_timeout
+        self.edited: dict[str, ToolCall] = {}  # this step's calls run with edited arguments
         self.responses: list[UnifiedResponse] = []
         self.malformed: dict[str, str] = {}  # this step's calls whose arguments were not JSON
         self.error: CucaError | None = None
@@ -327,18 +353,20 @@ class _Loop:
         results: list[ToolResult] = [ToolResult(c.id, "not run", is_error=True) for c in calls]
 
         async def one(index: int, call: ToolCall) -> None:
-            async with self.limiter:
-                with ExitStack() as stack:
-                    done = [stack.enter_context(o.tool_call(call)) for o in self.observers]
-                    results[index], error_type = await self._result(call)
-                    for tell in done:
-                        if tell is not None:
-                            tell(results[index], error_type)
+            with ExitStack() as stack:
+                done = [stack.enter_context(o.tool_call(call)) for o in self.observers]
+                results[index], error_type = await self._result(call)
+                for tell in done:
+                    if tell is not None:
+                        tell(results[index], error_type)
             await send.send((results[index],))
 
+        self.edited = {}
         async with trio.open_nursery() as nursery:
             for index, call in enumerate(calls):
                 nursery.start_soon(one, index, call)
+        if self.edited:
+            self.conversation = _with_edits(self.conversation, self.edited)
         for call, result in zip(calls, results, strict=True):
             self.conversation = self.conversation.add_tool_result(
                 call.id, result.output, is_error=result.is_error, name=call.name
@@ -370,6 +398,25 @@ class _Loop:
         if problems:
             listed = "\n".join(f"- {problem}" for problem in problems)
             return self._invalid(call, f"invalid arguments for {call.name}:\n{listed}", problems)
+        if tool.approval_needed(call.arguments):
+            event = await decide(self.approve, call, self.approval_timeout)
+            for observer in self.observers:
+                observer.approval(event)
+            if not event.ran:
+                return _failed(call, refusal(event), "denied")
+            if event.arguments is not None:
+                problems = tool.check(event.arguments)
+                if problems:
+                    listed = "; ".join(map(str, problems))
+                    return _failed(call, f"denied: the edited arguments are invalid: {listed}",
+                                   "denied")
+                call = attrs.evolve(call, arguments=event.arguments)
+                self.edited[call.id] = call
+        async with self.limiter:
+            return await self._run(tool, call)
+
+    async def _run(self, tool: Tool, call: ToolCall) -> tuple[ToolResult, str | None]:
+        """Run one call whose arguments fit, within the tool timeout."""
         with trio.move_on_after(self.timeout) as scope:
             try:
                 return ToolResult(call.id, await tool.call(call.arguments)), None
@@ -405,6 +452,19 @@ class _Loop:
             return "".join(traceback.format_exception(exc)).rstrip()
         text = str(exc)
         return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _with_edits(request: UnifiedRequest, edited: dict[str, ToolCall]) -> UnifiedRequest:
+    """``request`` whose last assistant message carries the edited calls, so that the
+    model is told what ran."""
+    messages = list(request.messages)
+    index = max(i for i, m in enumerate(messages) if m.role is MessageRole.ASSISTANT)
+    message = messages[index]
+    content = tuple(
+        edited.get(b.id, b) if isinstance(b, ToolCall) else b for b in message.content
+    )
+    messages[index] = attrs.evolve(message, content=content)
+    return attrs.evolve(request, messages=tuple(messages))
 
 
 def _failed(call: ToolCall, output: str, error_type: str) -> tuple[ToolResult, str]:

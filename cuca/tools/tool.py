@@ -108,6 +108,11 @@ class Tool:
     convert: Callable[[Mapping[str, Any]], dict[str, Any]] = attrs.field(
         default=dict, repr=False, eq=False
     )
+    needs_approval: bool | Callable[[Mapping[str, Any]], bool] = attrs.field(
+        default=False, kw_only=True
+    )
+    """Whether a call must be approved before it runs (``run_tools(approve=...)``): a
+    bool, or a function of the call's arguments (approval by risk)."""
     _validator: Any = attrs.field(
         init=False, repr=False, eq=False, default=attrs.Factory(_validator, takes_self=True)
     )
@@ -119,6 +124,7 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
+        needs_approval: bool | Callable[[Mapping[str, Any]], bool] = False,
     ) -> Tool:
         """A tool from ``function``: its name, its docstring as description (a
         Google-style ``Args:`` section describes the parameters) and the JSON Schema of
@@ -130,11 +136,16 @@ class Tool:
         schema, doc = describe_function(function, tool_name)
         convert = functools.partial(_convert, function, tool_name)
         text = doc if description is None else description
-        return cls(tool_name, text, schema, function, convert)
+        return cls(tool_name, text, schema, function, convert, needs_approval=needs_approval)
 
     def definition(self) -> ToolDefinition:
         """What the model is told about this tool."""
         return ToolDefinition(self.name, self.description, self.schema)
+
+    def approval_needed(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether a call with ``arguments`` must be approved before it runs."""
+        needs = self.needs_approval
+        return bool(needs(arguments)) if callable(needs) else needs
 
     def check(self, arguments: Mapping[str, Any]) -> tuple[ArgumentProblem, ...]:
         """Every way ``arguments`` break the tool's JSON Schema, in path order (empty

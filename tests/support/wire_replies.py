@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from cuca import CucaClient, ProviderEndpoint
+from cuca import CucaClient, CucaPlugin, ProviderEndpoint
 from cuca.providers.openai_config import OpenAiApi, OpenAiConfig
 from cuca.testing import Reply
 
@@ -200,9 +200,13 @@ class Family:
     suffix: str = ""
     config: Any = None
 
-    def client(self, url: str) -> CucaClient:
+    def client(self, url: str, plugins: Sequence[CucaPlugin] = ()) -> CucaClient:
         return CucaClient(
-            self.endpoint, base_url=url + self.suffix, api_key="k", provider_config=self.config
+            self.endpoint,
+            base_url=url + self.suffix,
+            api_key="k",
+            provider_config=self.config,
+            plugins=plugins,
         )
 
     def call_reply(self, name: str, arguments: Mapping[str, Any], call_id: str = "call_1") -> Reply:
