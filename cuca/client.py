@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
@@ -12,6 +12,7 @@ import httpx
 import sniffio
 import trio
 
+from ._block import TurnBlock, turn_block
 from ._checks import kind, optional, seconds
 from ._nursery import background_nursery
 from .errors import ConfigurationError, CucaError, DeadlineExceeded
@@ -101,6 +102,41 @@ def _from_environment(
     return base_url, api_key
 
 
+def _checked_headers(headers: object, provider: ProviderEndpoint) -> dict[str, str]:
+    """Extra headers as given (``None``: none); a ``ConfigurationError`` for anything
+    but a mapping of strings to strings, or for the local engine, which sends none."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(name, str) and isinstance(value, str) for name, value in headers.items()
+    ):
+        raise ConfigurationError(
+            "headers must be a mapping of header names to strings, not "
+            f"{type(headers).__name__}"  # never the values: a header may hold a secret
+        )
+    if headers and provider == ProviderEndpoint.LOCAL:
+        raise ConfigurationError("headers= is for HTTP providers: the local engine sends none")
+    return dict(headers)
+
+
+def _merged_headers(client: Mapping[str, str], turn: Mapping[str, str]) -> dict[str, str]:
+    """The client's extra headers, then the turn's: a name given for the turn (in any
+    case) replaces the client's."""
+    names = {name.lower() for name in turn}
+    return {**{k: v for k, v in client.items() if k.lower() not in names}, **turn}
+
+
+def _encoder(
+    encode: Callable[[UnifiedRequest], HttpRequest], headers: Mapping[str, str]
+) -> Callable[[UnifiedRequest], HttpRequest]:
+    """The adapter's ``encode``, the extra headers added to what it builds."""
+    if not headers:
+        return encode
+    from cuca.providers.base import with_headers
+
+    return lambda request: with_headers(encode(request), headers)
+
+
 def _require_trio() -> None:
     """Refuse to start a turn outside trio, with what to do instead.
 
@@ -184,6 +220,7 @@ class CucaClient:
         pool: PoolPolicy | None = None,
         rate_limiter: TurnGate | None = None,
         fused: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         from .retry import RetryPolicy
 
@@ -199,6 +236,7 @@ class CucaClient:
         self.provider_config = provider_config
         self.local_model = local_model
         self.stages = tuple(stages)
+        self.headers = _checked_headers(headers, provider)
         self.retry = retry if retry is not None else RetryPolicy()
         self.fused = fused
         self._own_http = http_client is None
@@ -235,6 +273,7 @@ class CucaClient:
                 retry=RetryPolicy.never(),
                 rate_limiter=self.rate_limiter,
                 fused=self.fused,
+                headers=self.headers,
             )
             client._endpoint = self._endpoint  # a cached answer serves the whole pool
             return client
@@ -294,10 +333,14 @@ class CucaClient:
         return self._adapter
 
     def pipeline(
-        self, stages: Sequence[Insertion[Any]] = (), retry: RetryPolicy | None = None
+        self,
+        stages: Sequence[Insertion[Any]] = (),
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Pipeline:
         """The pipeline of one turn: a stage for each point of the HTTP or the local
-        table (:mod:`cuca.stages.points`), plus the user's insertions."""
+        table (:mod:`cuca.stages.points`), plus the user's insertions. ``headers`` are
+        the turn's own extra headers, over the client's."""
         from cuca.stages.pipeline import NamedStage, Pipeline
         from cuca.stages.points import HTTP_PIPELINE, LOCAL_PIPELINE
 
@@ -309,7 +352,8 @@ class CucaClient:
             check_provider_config(self.provider, self.provider_config)
             table, built = LOCAL_PIPELINE, self._local_stages()
         else:
-            table, built = HTTP_PIPELINE, self._http_stages(retry or self.retry)
+            extra = _merged_headers(self.headers, _checked_headers(headers, self.provider))
+            table, built = HTTP_PIPELINE, self._http_stages(retry or self.retry, extra)
         stages_ = [NamedStage(point.name, built[point]) for point in table]
         return Pipeline(stages_).extended([*self.stages, *stages])
 
@@ -322,7 +366,9 @@ class CucaClient:
             CHUNK_HOOKS: chunk_hooks_stage(self.plugins),
         }
 
-    def _http_stages(self, retry: RetryPolicy) -> dict[Point[Any, Any], Any]:
+    def _http_stages(
+        self, retry: RetryPolicy, headers: Mapping[str, str]
+    ) -> dict[Point[Any, Any], Any]:
         from cuca.stages.http import decode_stage, encode_stage, sse_stage, transport_stage
         from cuca.stages.points import DECODE, ENCODE, SSE_PARSE, TRANSPORT
 
@@ -330,7 +376,7 @@ class CucaClient:
         http = self._http_client()
         return {
             **self._hook_stages(),
-            ENCODE: encode_stage(adapter.encode),
+            ENCODE: encode_stage(_encoder(adapter.encode, headers)),
             TRANSPORT: transport_stage(http, adapter.status_error, retry),
             SSE_PARSE: sse_stage(adapter.new_framer),
             DECODE: decode_stage(adapter.new_decoder, self.base_url),
@@ -346,6 +392,7 @@ class CucaClient:
 
     # -- running a turn ---------------------------------------------------------------
 
+    @turn_block("client.generate_stream(request)")
     @asynccontextmanager
     async def generate_stream(
         self,
@@ -354,10 +401,16 @@ class CucaClient:
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
         fused: bool | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[ResponseStream]:
         """Stream one turn. Leaving the block early (break, exception, cancellation)
         cancels the turn: the HTTP response is closed and every task of the turn has
-        ended before this returns. ``fused`` overrides the client's for this turn."""
+        ended before this returns. ``fused`` overrides the client's for this turn;
+        ``headers`` are sent with this turn's request, over the client's own (see
+        docs/unified.md, Extra headers).
+
+        It is an ``async with`` block: ``async for`` straight on it is a
+        ``ConfigurationError`` saying so."""
         from cuca.observe import watched
 
         _require_trio()
@@ -368,7 +421,8 @@ class CucaClient:
                 raise ConfigurationError("a pool retries on its other servers: see PoolPolicy")
             if fused is not None:
                 raise ConfigurationError("a pool's turns run as its client's: set fused there")
-            async with self._pool.generate_stream(request, stages=stages) as stream:
+            pooled = self._pool.generate_stream(request, stages=stages, headers=headers)
+            async with pooled as stream:
                 yield stream
             return
         request = attrs.evolve(request, provider=self.provider)
@@ -377,7 +431,7 @@ class CucaClient:
         if admission is not None:
             http = self.provider != ProviderEndpoint.LOCAL
             stages = (*stages, *admission.insertions(http))
-        pipeline, watch = watched(self.pipeline(stages, retry), self.plugins, request)
+        pipeline, watch = watched(self.pipeline(stages, retry, headers), self.plugins, request)
         fused = self.fused if fused is None else fused
         background, puller = pipeline.start(state, request, fused=fused)
         deadline = None
@@ -423,6 +477,7 @@ class CucaClient:
         except CucaError:
             return estimate_tokens(request)
 
+    @turn_block("client.generate_stream_with_response(request)")
     @asynccontextmanager
     async def generate_stream_with_response(
         self,
@@ -431,10 +486,13 @@ class CucaClient:
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
         fused: bool | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[tuple[ResponseStream, PendingResponse]]:
         """Like :meth:`generate_stream`, also giving a handle on the response, which is
         filled once the stream has ended."""
-        turn = self.generate_stream(request, stages=stages, retry=retry, fused=fused)
+        turn = self.generate_stream(
+            request, stages=stages, retry=retry, fused=fused, headers=headers
+        )
         async with turn as stream:
             yield stream, PendingResponse(stream)
 
@@ -445,10 +503,13 @@ class CucaClient:
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
         fused: bool | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Completion:
         """Run one turn to its end and collect it: deltas merged into whole blocks, and
         the answer parsed when the request has an output schema."""
-        turn = self.generate_stream(request, stages=stages, retry=retry, fused=fused)
+        turn = self.generate_stream(
+            request, stages=stages, retry=retry, fused=fused, headers=headers
+        )
         async with turn as stream:
             return await collect(stream, request.output_schema)
 
@@ -491,8 +552,10 @@ class CucaClient:
         return self.local_model
 
     async def _request_json(self, wire: HttpRequest) -> Any:
+        from cuca.providers.base import with_headers
         from cuca.stages.probe import request_json
 
+        wire = with_headers(wire, self.headers)
         return await request_json(self._http_client(), wire, self.adapter().status_error)
 
     def run_tools(
@@ -511,7 +574,8 @@ class CucaClient:
         """
         from cuca.tools.loop import run_tools
 
-        return run_tools(self, request, tools, **options)
+        written = "client.run_tools(request, tools)"
+        return TurnBlock(run_tools(self, request, tools, **options), written)
 
 
 def _admitters(

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from .errors import CucaError, OutputValidationError, PluginError
+from .assemble import BlockAssembler, merge_blocks
+from .errors import ConfigurationError, CucaError, OutputValidationError, PluginError
 from .turn import EndOfTurn, Item, TurnState, split_end
 from .types import (
     Block,
-    MessageRole,
     OutputSchema,
-    Text,
-    Thinking,
+    TokenUsage,
+    ToolCall,
     UnifiedMessage,
     UnifiedRequest,
     UnifiedResponse,
@@ -55,6 +55,7 @@ class ResponseStream:
         self._batch: Sequence[Any] = ()
         self._index = 0
         self._ended = False
+        self._assembler = BlockAssembler()  # the message, batch by batch
 
     def __aiter__(self) -> ResponseStream:
         return self
@@ -108,6 +109,7 @@ class ResponseStream:
         if end is not None:
             self._end = end
         self._index = 0
+        self._assembler.feed(self._batch)
 
     async def _finish(self) -> None:
         """The last stage is done, but an upstream one may still fail (a user stage that
@@ -144,6 +146,19 @@ class ResponseStream:
         return self._response
 
     @property
+    def message(self) -> UnifiedMessage:
+        """The assistant message of the turn, deltas merged (:func:`merge_blocks`), once
+        the stream has ended cleanly: the same message ``generate`` returns, ready for
+        the next turn (``request.add_message(stream.message)``). A
+        ``ConfigurationError`` before that, or after a turn that ended in an error."""
+        if self._response is None:
+            raise ConfigurationError(
+                "stream.message is set once the stream has ended cleanly: read the "
+                "stream to its end inside the async with block first"
+            )
+        return self._assembler.message()
+
+    @property
     def request(self) -> UnifiedRequest:
         """The request as sent, after every plugin's ``on_request``, once the stream has
         ended cleanly; before that, the request as given to the client."""
@@ -174,85 +189,46 @@ class Completion:
     def blocks(self) -> tuple[Block, ...]:
         return self.message.content
 
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls of the message, in order (empty when the model called none)."""
+        return tuple(block for block in self.message.content if isinstance(block, ToolCall))
 
-def merge_blocks(blocks: Sequence[Block]) -> tuple[Block, ...]:
-    """Merge adjacent Text deltas and adjacent Thinking deltas into whole blocks.
+    @property
+    def usage(self) -> TokenUsage | None:
+        """The turn's token usage (``response.usage``), ``None`` when the backend gave none."""
+        return self.response.usage
 
-    A delta carrying provider data (a signature) keeps it on the merged block; a new
-    signature (or reasoning item id) after one was already set starts a new block, so
-    two signed blocks are never fused. Linear in the total text: each run of deltas is
-    joined once.
-    """
-    out: list[Block] = []
-    run: list[Block] = []
-    for block in blocks:
-        if run:
-            last = run[-1]
-            # the common case first: one more text delta (a call per item costs 10%)
-            if type(block) is Text and type(last) is Text and last.signature is None:
-                run.append(block)
-                continue
-            if _continues(last, block):
-                run.append(block)
-                continue
-        if run:
-            out.append(_merged(run))
-        run = [block]
-    if run:
-        out.append(_merged(run))
-    return tuple(out)
-
-
-def _continues(last: Block, block: Block) -> bool:
-    """Whether ``block`` extends the run whose last delta is ``last``."""
-    if isinstance(block, Text):
-        return isinstance(last, Text) and last.signature is None
-    return (
-        isinstance(block, Thinking)
-        and isinstance(last, Thinking)
-        and last.signature is None
-        and last.id is None
-        and not (last.redacted or block.redacted)
-    )
-
-
-def _merged(run: list[Block]) -> Block:
-    """One block for a run of deltas: the text joined, the last delta's signature, and
-    for Thinking the last provider any delta named."""
-    last = run[-1]
-    if len(run) == 1:
-        return last
-    if isinstance(last, Text):
-        texts = cast(list[Text], run)
-        return Text("".join([b.text for b in texts]), last.signature, last.provider)
-    assert isinstance(last, Thinking)
-    thoughts = [b for b in run if isinstance(b, Thinking)]
-    provider = next((b.provider for b in reversed(thoughts) if b.provider is not None), None)
-    return Thinking("".join(b.text for b in thoughts), last.signature, provider, id=last.id)
+    @property
+    def finish_reason(self) -> str | None:
+        """Why the turn ended (``response.finish_reason``): ``"stop"``, ``"length"``,
+        ``"tool_calls"``... as the backend said it."""
+        return self.response.finish_reason
 
 
 async def collect(stream: ResponseStream, schema: OutputSchema | None = None) -> Completion:
     """Read ``stream`` to its end: deltas merged into whole blocks, the errors that did
     not end the turn, the response (and the answer parsed against ``schema``)."""
-    blocks: list[Block] = []
     errors: list[CucaError] = []
-    async for item in stream:
-        if isinstance(item, CucaError):
-            errors.append(item)
-        else:
-            blocks.append(item)
+    while True:  # a batch at a time: the stream assembles the message itself
+        try:
+            batch = await stream.receive_batch()
+        except StopAsyncIteration:
+            break
+        errors += [item for item in batch if isinstance(item, CucaError)]
     response = stream.response
     assert response is not None  # a clean end always sets it
-    return completion(blocks, errors, response, schema)
+    return completion(stream.message, errors, response, schema)
 
 
 def completion(
-    blocks: Sequence[Block],
+    message: UnifiedMessage,
     errors: Sequence[CucaError],
     response: UnifiedResponse,
-    schema: OutputSchema | None = None,
+    schema: OutputSchema | None,
 ) -> Completion:
-    message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(blocks))
+    """The :class:`Completion` of a finished turn (``message`` already merged), the
+    answer parsed against ``schema`` when there is one."""
     if schema is None:
         return Completion(message, tuple(errors), response)
     from .schema import parse_output

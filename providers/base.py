@@ -50,7 +50,9 @@ __all__ = [
     "Send",
     "StreamDecoder",
     "guarded_feed",
+    "is_secret_header",
     "loads_json",
+    "with_headers",
 ]
 
 Send: TypeAlias = Callable[["HttpRequest"], Awaitable[Any]]
@@ -59,11 +61,45 @@ window): the client sends the request and returns the 2xx answer's JSON, or rais
 adapter's :meth:`ProviderAdapter.status_error` for any other status."""
 
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
+"""The auth headers adapters send a key in."""
+
+
+def is_secret_header(name: str) -> bool:
+    """Whether a header's name says it holds a secret: an auth header, or a name ending
+    in ``-key``, ``-token`` or ``-secret`` (``_`` too), ``cookie`` or ``*-authorization``.
+    Its value is never shown."""
+    lowered = name.lower().replace("_", "-")
+    return (
+        lowered in SECRET_HEADERS
+        or lowered.endswith(("-key", "-token", "-secret", "-authorization"))
+        or lowered in ("cookie", "proxy-authorization")
+    )
 
 
 def _redacted(headers: Mapping[str, str]) -> str:
-    shown = {k: ("<redacted>" if k.lower() in SECRET_HEADERS else v) for k, v in headers.items()}
+    shown = {k: ("<redacted>" if is_secret_header(k) else v) for k, v in headers.items()}
     return repr(shown)
+
+
+def with_headers(wire: HttpRequest, extra: Mapping[str, str]) -> HttpRequest:
+    """``wire`` with the user's ``extra`` headers added. One the adapter already sets is
+    a ``ConfigurationError``, never replaced silently: the auth header above all."""
+    if not extra:
+        return wire
+    have = {name.lower() for name in wire.headers}
+    for name in extra:
+        if name.lower() not in have:
+            continue
+        if name.lower() in SECRET_HEADERS:
+            raise ConfigurationError(
+                f"the extra header {name!r} would replace the auth header sent for the "
+                "client's API key: pass the key as api_key=, or api_key=\"\" to send your own"
+            )
+        raise ConfigurationError(
+            f"the extra header {name!r} is one the adapter sets itself: cuca does not "
+            "replace it (see the provider's page for the option that sets it)"
+        )
+    return attrs.evolve(wire, headers={**wire.headers, **extra})
 
 
 @attrs.frozen

@@ -12,6 +12,7 @@ def public(module: object) -> set[str]:
 
 
 SUBMODULES = {
+    "assemble",
     "client",
     "convert",
     "errors",

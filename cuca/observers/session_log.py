@@ -31,11 +31,11 @@ from typing import Any
 
 import attrs
 
+from cuca.assemble import BlockAssembler
 from cuca.convert import structure, unstructure
 from cuca.errors import ConfigurationError, CucaError
 from cuca.plugins import ApprovalEvent, CucaPlugin, LoopObserver, TurnEnd, TurnObserver
-from cuca.stream import merge_blocks
-from cuca.types import Block, PromptCacheUsage, Text, TokenUsage, UnifiedRequest
+from cuca.types import Block, PromptCacheUsage, TokenUsage, UnifiedRequest
 
 from ._writer import Writer
 
@@ -296,8 +296,8 @@ class _LoopRecorder(LoopObserver):
 class _Recorder(TurnObserver):
     """Collects one turn and writes it once, at its end.
 
-    A run of plain text deltas (the bulk of any stream) is kept as its strings and
-    joined at the end; the turn's blocks are stored merged, as a `Completion` holds them.
+    The blocks go through the stream's own :class:`~cuca.assemble.BlockAssembler`, so
+    they are stored merged exactly as a `Completion` holds them.
     """
 
     def __init__(self, log: SessionLog) -> None:
@@ -306,8 +306,7 @@ class _Recorder(TurnObserver):
         self.raw = log.raw
         self.started = time.perf_counter()
         self.first: float | None = None
-        self.blocks: list[Block] = []  # the blocks so far, but the current text run
-        self.texts: list[str] = []  # the current run of plain text deltas
+        self.blocks = BlockAssembler()
         self.errors: list[dict[str, str]] = []
         self.chunks: list[bytes] = []
         self.approvals: list[dict[str, Any]] = []
@@ -318,38 +317,18 @@ class _Recorder(TurnObserver):
     def on_items(self, items: Sequence[Block | CucaError]) -> None:
         if self.first is None:
             self.first = time.perf_counter() - self.started
-        texts = [
-            i.text
-            for i in items
-            if type(i) is Text and i.signature is None and i.provider is None
-        ]
-        if len(texts) == len(items):
-            self.texts += texts
-            return
-        for item in items:
-            if type(item) is Text and item.signature is None and item.provider is None:
-                self.texts.append(item.text)
-            elif isinstance(item, CucaError):
-                self.errors.append(_error_json(item))
-            else:
-                self._end_text_run()
-                self.blocks.append(item)
-
-    def _end_text_run(self) -> None:
-        if self.texts:
-            self.blocks.append(Text("".join(self.texts)))
-            self.texts = []
+        self.blocks.feed(items)
+        self.errors += [_error_json(item) for item in items if isinstance(item, CucaError)]
 
     def on_end(self, end: TurnEnd) -> None:
-        self._end_text_run()
-        blocks, errors, chunks = self.blocks, self.errors, self.chunks
+        assembler, errors, chunks = self.blocks, self.errors, self.chunks
         first, total = self.first, time.perf_counter() - self.started
 
         def values() -> dict[str, Any]:
             row: dict[str, Any] = {
                 "status": end.status,
                 "blocks": json.dumps(
-                    [unstructure(b) for b in merge_blocks(blocks)], ensure_ascii=False
+                    [unstructure(b) for b in assembler.blocks()], ensure_ascii=False
                 ),
                 "errors": json.dumps(errors, ensure_ascii=False),
                 "first_block_s": first,

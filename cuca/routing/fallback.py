@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import attrs
 
+from cuca._block import turn_block
 from cuca.admission import TurnGate, admitted
 from cuca.errors import (
     ConfigurationError,
@@ -143,6 +144,7 @@ class FallbackClient:
             if close is not None:
                 await close()
 
+    @turn_block("fallback.generate_stream(request)")
     @asynccontextmanager
     async def generate_stream(self, request: UnifiedRequest) -> AsyncIterator[ResponseStream]:
         """Stream one turn from the first client that answers (see the class)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,7 +45,11 @@ class MemberClient(Protocol):
     client that owns the pool builds: this module does not know the client)."""
 
     def generate_stream(
-        self, request: UnifiedRequest, *, stages: Sequence[Insertion[Any]] = ...
+        self,
+        request: UnifiedRequest,
+        *,
+        stages: Sequence[Insertion[Any]] = ...,
+        headers: Mapping[str, str] | None = ...,
     ) -> AbstractAsyncContextManager[ResponseStream]: ...
 
     async def aclose(self) -> None: ...
@@ -149,10 +153,13 @@ class Pool:
 
     @asynccontextmanager
     async def generate_stream(
-        self, request: UnifiedRequest, stages: Sequence[Insertion[Any]] = ()
+        self,
+        request: UnifiedRequest,
+        stages: Sequence[Insertion[Any]] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[ResponseStream]:
-        """Stream one turn from the first member that answers (``stages`` are the
-        turn's own insertions)."""
+        """Stream one turn from the first member that answers (``stages`` and
+        ``headers`` are the turn's own)."""
         state, policy = self.state, self.state.policy
         tried: list[Member] = []
         limit = policy.attempts or len(state.members)
@@ -170,7 +177,7 @@ class Pool:
                     return None
                 raise ConnectError("every server of the pool is cooling down")
             tried.append(member)
-            return self._attempt(member, stages)
+            return self._attempt(member, stages, headers)
 
         async with first_answer(next_attempt, request, policy.fallback_on, failed) as stream:
             state.answered(tried[-1])
@@ -178,22 +185,23 @@ class Pool:
 
     @asynccontextmanager
     async def _attempt(
-        self, member: Member, stages: Sequence[Insertion[Any]]
+        self, member: Member, stages: Sequence[Insertion[Any]], headers: Mapping[str, str] | None
     ) -> AsyncIterator[StreamingClient]:
         try:
-            yield _WithStages(self.clients[member.index], stages)
+            yield _WithStages(self.clients[member.index], stages, headers)
         finally:
             self.state.done(member)
 
 
 @attrs.frozen
 class _WithStages:
-    """A member's client with the turn's own stages bound."""
+    """A member's client with the turn's own stages and headers bound."""
 
     client: MemberClient
     stages: Sequence[Insertion[Any]]
+    headers: Mapping[str, str] | None = None
 
     def generate_stream(
         self, request: UnifiedRequest
     ) -> AbstractAsyncContextManager[ResponseStream]:
-        return self.client.generate_stream(request, stages=self.stages)
+        return self.client.generate_stream(request, stages=self.stages, headers=self.headers)

@@ -29,9 +29,9 @@ import attrs
 import trio
 
 from cuca._nursery import background_nursery
+from cuca.assemble import BlockAssembler
 from cuca.errors import ConfigurationError, CucaError, ToolCallError, ToolLoopError
 from cuca.plugins import CucaPlugin, LoopObserver
-from cuca.stream import merge_blocks
 from cuca.tools.approval import Approver, decide, refusal
 from cuca.tools.tool import ArgumentProblem, Tool, ToolArgumentsError, ToolFailed, as_tool
 from cuca.types import (
@@ -41,7 +41,6 @@ from cuca.types import (
     TokenUsage,
     ToolCall,
     ToolResult,
-    UnifiedMessage,
     UnifiedRequest,
     UnifiedResponse,
 )
@@ -177,29 +176,30 @@ class _StepStream:
 
     def __init__(self, stream: TurnStream) -> None:
         self.stream = stream
-        self.blocks: list[Block] = []  # merged batch by batch: few objects held
+        self.blocks = BlockAssembler()  # the stream's own merging, as the deltas come
         self.malformed: dict[str, str] = {}  # call id -> the arguments as the model sent them
         self.error: BaseException | None = None
         self.ended = trio.Event()
 
     def keep(self, batch: Sequence[Block | CucaError]) -> None:
-        """Keep ``batch``'s blocks for the assistant message, merged as they come (20,000
-        deltas held to the end would cost the garbage collector more than the merge).
+        """Keep ``batch``'s blocks for the assistant message, merged as they come by
+        the same :class:`~cuca.assemble.BlockAssembler` as the stream's message.
 
         A call whose arguments were not a JSON object (a :class:`~cuca.ToolCallError`
         with an id and a name) stays in the message, with empty arguments, so that it
         can be answered: the model reads an error result and may call again. Without
         an id it cannot be answered and is left out.
         """
-        blocks: list[Block] = []
+        if not any(isinstance(item, ToolCallError) for item in batch):
+            self.blocks.feed(batch)  # error items skipped
+            return
         for item in batch:
             if isinstance(item, ToolCallError):
                 if item.tool_call_id is not None and item.name is not None:
-                    blocks.append(ToolCall(item.tool_call_id, item.name, {}))
+                    self.blocks.add(ToolCall(item.tool_call_id, item.name, {}))
                     self.malformed[item.tool_call_id] = item.raw
             elif not isinstance(item, CucaError):
-                blocks.append(item)
-        self.blocks += merge_blocks(blocks)
+                self.blocks.add(item)
 
     def end(self, end: BaseException) -> None:
         if not isinstance(end, StopAsyncIteration):
@@ -341,7 +341,7 @@ class _Loop:
         if stream.response is not None:
             self.responses.append(stream.response)
         self.malformed = step.malformed
-        message = UnifiedMessage(MessageRole.ASSISTANT, merge_blocks(step.blocks))
+        message = step.blocks.message()
         self.conversation = self.conversation.add_message(message)
         return [block for block in message.content if isinstance(block, ToolCall)]
 
