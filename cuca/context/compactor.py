@@ -42,9 +42,11 @@ class Compactor(CucaPlugin):
 
     ``budget`` is a number of prompt tokens (an ``int``), or a fraction of the model's
     window (a ``float`` in (0, 1], the window from ``counter.model_info``). ``counter``
-    counts (``count_tokens``): a client of the same backend, often the very one the
-    compactor is a plugin of. ``strategies`` run in order until the request fits
-    (default: clear old tool results, clamp oversized messages, drop the oldest turns).
+    counts (``count_tokens``) and knows the window (``model_info``): a client of the
+    same backend (counting runs no plugin, so a plain client beside the one the
+    compactor is a plugin of; or that client itself, set as ``compactor.counter``).
+    ``strategies`` run in order until the request fits (default: clear old tool
+    results, clamp oversized messages, drop the oldest turns).
     ``headroom`` is the share of the budget a compaction leaves free (0.25: down to 75%
     of it), so that the next turns fit without a new cut and reuse the cached prefix.
     A request that fits is sent as it is; one that still does not fit after every
