@@ -7,16 +7,18 @@ body has started streaming, nothing is retried, so no block is ever yielded twic
 
 from __future__ import annotations
 
+import contextvars
 import email.utils
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import attrs
 
 from ._checks import of_type, real_in
 
-__all__ = ["RetryPolicy"]
+__all__ = ["RetryPolicy", "connect_retries", "refused_moves_on"]
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429, *range(500, 600)})
 
@@ -80,3 +82,28 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     current = time.time() if now is None else now
     return max(0.0, when.timestamp() - current)
+
+
+_CONNECT_RETRIES: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "cuca_connect_retries", default=True
+)
+
+
+def connect_retries() -> bool:
+    """Whether a connection that could not be made at all (refused, no route to the
+    host, no such name) is retried per the policy here: ``False`` inside
+    :func:`refused_moves_on`."""
+    return _CONNECT_RETRIES.get()
+
+
+@contextmanager
+def refused_moves_on() -> Iterator[None]:
+    """Within the block, and in the tasks started in it, a connection that could not be
+    made is not retried: the turn fails at once with a ``ConnectError``, for a
+    :class:`~cuca.FallbackClient` to move to its next client. What a server answered
+    (429, 5xx) is retried per the policy as before, and so is a connect timeout."""
+    token = _CONNECT_RETRIES.set(False)
+    try:
+        yield
+    finally:
+        _CONNECT_RETRIES.reset(token)

@@ -25,7 +25,7 @@ from cuca.errors import (
     StreamIncomplete,
     TransportError,
 )
-from cuca.retry import RetryPolicy, parse_retry_after
+from cuca.retry import RetryPolicy, connect_retries, parse_retry_after
 from cuca.turn import EndOfTurn
 from cuca.types import UnifiedRequest
 
@@ -191,8 +191,11 @@ def _safe_url(url: str) -> str:
 
 
 def _retryable(exc: httpx.HTTPError) -> bool:
-    """Errors where the server cannot have started answering: safe to send again."""
-    return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+    """Errors where the server cannot have started answering: safe to send again (a
+    connection that could not be made at all, not within ``refused_moves_on``)."""
+    if isinstance(exc, httpx.ConnectError):
+        return connect_retries()
+    return isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout)
 
 
 def _transport_error(exc: httpx.HTTPError, url: str, streaming: bool = False) -> TransportError:

@@ -199,3 +199,49 @@ async def test_fallback_does_not_move_on_a_bad_request_inside_the_stream() -> No
                 await fallback.generate(REQUEST)
         assert (len(a.requests), len(b.requests)) == (1, 0)
     assert (info.value.status, info.value.provider) == (400, "anthropic")
+
+
+async def test_fallback_moves_on_at_once_on_a_refused_connection() -> None:
+    """A dead server, then a live one, with the default retry policy (2 retries, 0.5 s
+    backoff): the live server has the turn within 50 ms of the refusal, not after the
+    dead client's backoff (1.3 to 1.6 s before)."""
+    arrived: list[float] = []
+
+    def live(_request: Any) -> Reply:
+        arrived.append(trio.current_time())
+        return TEXT
+
+    async with open_replay_server(live) as server:
+        dead = CucaClient(OPENAI, base_url=closed_port_url(), api_key="k")
+        async with FallbackClient([dead, client(server.url)]) as fallback:
+            assert dead.retry.max_retries == 2  # the default policy, untouched
+            await fallback.generate(REQUEST)  # the first turn imports the adapters
+            started = trio.current_time()
+            done = await fallback.generate(REQUEST)
+    assert done.response.endpoint == server.url
+    assert arrived[-1] - started < 0.05
+
+
+async def test_fallback_retry_refused_keeps_each_clients_retries() -> None:
+    arrived: list[float] = []
+
+    def live(_request: Any) -> Reply:
+        arrived.append(trio.current_time())
+        return TEXT
+
+    slow = RetryPolicy(max_retries=1, initial_delay=0.2, jitter=0.0)
+    async with open_replay_server(live) as server:
+        dead = client(closed_port_url(), retry=slow)
+        async with FallbackClient([dead, client(server.url)], retry_refused=True) as fallback:
+            started = trio.current_time()
+            await fallback.generate(REQUEST)
+    assert arrived[0] - started >= 0.2  # one retry of the refused connection first
+
+
+async def test_fallback_still_retries_what_a_server_answered() -> None:
+    async with open_replay_server(UNAVAILABLE) as busy, open_replay_server(TEXT) as live:
+        two = RetryPolicy(max_retries=2, initial_delay=0.0)
+        async with FallbackClient([client(busy.url, retry=two), client(live.url)]) as fallback:
+            await fallback.generate(REQUEST)
+    assert len(busy.requests) == 3  # the 503 retried per the policy, then the next client
+    assert len(live.requests) == 1

@@ -12,7 +12,12 @@ cannot be spliced onto the first, so the error is raised as it is, typed.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    nullcontext,
+)
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import attrs
@@ -27,6 +32,7 @@ from cuca.errors import (
     ServerError,
     TransportError,
 )
+from cuca.retry import refused_moves_on
 from cuca.stream import Completion, ResponseStream, collect
 from cuca.types import UnifiedRequest
 
@@ -109,13 +115,19 @@ class FallbackClient:
     goes to the first client; if that fails before its first item reaches the caller
     and ``fallback_on(error)`` says so (:func:`default_fallback_on`: transport errors,
     408, 429, 5xx), the next one gets it, and so on; each client applies its own retry
-    policy first, so no client sees a request more often than its policy allows. Once
+    policy first (but to a refused connection, below), so no client sees a request
+    more often than its policy allows. Once
     an item has been yielded, a failure is raised as it is and no other client is
     asked. The response says who answered (``provider``, ``model``, ``endpoint``).
     Closing the fallback client closes every client it holds.
 
     ``rate_limiter`` (a :class:`~cuca.RateLimiter`) admits each turn once, whichever
     client answers it; each client may have its own as well.
+
+    A connection refused before any byte (a dead server) moves the turn to the next
+    client at once: the clients' retries are kept for what a server answered (429,
+    5xx) and for connect timeouts. ``retry_refused=True`` retries a refused
+    connection per each client's policy first.
     """
 
     def __init__(
@@ -124,11 +136,13 @@ class FallbackClient:
         *,
         fallback_on: FallbackOn = default_fallback_on,
         rate_limiter: TurnGate | None = None,
+        retry_refused: bool = False,
     ) -> None:
         if not clients:
             raise ConfigurationError("a FallbackClient needs at least one client")
         self.clients = tuple(c if isinstance(c, tuple) else (c, None) for c in clients)
         self.fallback_on = fallback_on
+        self.retry_refused = retry_refused
         self.rate_limiter = rate_limiter
 
     async def __aenter__(self) -> FallbackClient:
@@ -156,12 +170,13 @@ class FallbackClient:
                 return None
             return nullcontext(client if model is None else _WithModel(client, model))
 
-        async with (
-            admitted(self.rate_limiter, request) as ran,
-            first_answer(next_attempt, request, self.fallback_on) as stream,
-        ):
-            ran(stream)
-            yield stream
+        with _maybe(not self.retry_refused, refused_moves_on):
+            async with (
+                admitted(self.rate_limiter, request) as ran,
+                first_answer(next_attempt, request, self.fallback_on) as stream,
+            ):
+                ran(stream)
+                yield stream
 
     async def generate(self, request: UnifiedRequest) -> Completion:
         """Run one turn to its end on the first client that answers, and collect it."""
@@ -180,6 +195,12 @@ class FallbackClient:
         from cuca.tools.loop import run_tools
 
         return run_tools(self, request, tools, **options)
+
+
+def _maybe(
+    wanted: bool, manager: Callable[[], AbstractContextManager[None]]
+) -> AbstractContextManager[None]:
+    return manager() if wanted else nullcontext()
 
 
 @attrs.frozen
