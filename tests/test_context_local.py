@@ -11,9 +11,11 @@ from cuca import (
     ContextOverflowError,
     CucaClient,
     HttpStatusError,
+    MessageRole,
     ProviderEndpoint,
     UnifiedRequest,
 )
+from cuca.context import SummariseOldestTurns
 from cuca.engine import LocalModel, SamplingConfig, default_model_path
 
 
@@ -112,3 +114,25 @@ async def test_local_forty_turns_all_answered_with_a_compactor(model: LocalModel
     assert report is not None and report.exact
     assert report.tokens_after == prompts[-1]  # the count is the engine's own
     assert [s.strategy for s in report.steps] == ["drop_oldest_turns"]
+
+
+async def test_local_summary_written_by_the_local_engine_and_reused(model: LocalModel) -> None:
+    history = UnifiedRequest.new("smollm2").add_system_message("You answer in one line.")
+    for n in range(12):
+        history = history.add_user_message(f"Remember: river {n} is {100 + n} km long.")
+        history = history.add_assistant_message(f"Noted: river {n}, {100 + n} km.")
+    request = history.add_user_message("Which river is the longest?").set_max_tokens(8)
+    async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as local:
+        summary = SummariseOldestTurns(local, "smollm2", keep_turns=2, max_tokens=32)
+        compactor = Compactor(local, budget=200, strategies=[summary])
+        first = await compactor.on_request(request)
+        again = await compactor.on_request(request)
+        done = await local.generate(first)
+    assert first.compaction is not None
+    assert first.compaction.tokens_after <= 200 < first.compaction.tokens_before
+    assert first.messages[1].role is MessageRole.SYSTEM
+    assert first.messages[1].text().startswith("Summary of the earlier conversation: ")
+    assert len(first.messages[1].text()) > len("Summary of the earlier conversation: ")
+    assert again.messages == first.messages and summary.written == 1  # reused, not rewritten
+    assert done.response.usage is not None
+    assert done.response.usage.prompt_tokens == first.compaction.tokens_after
