@@ -52,6 +52,7 @@ from .errors import ToolLoopError as ToolLoopError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
 from .providers import table as _table  # noqa: F401 - declares the built-in endpoints
+from .stream import Attempt as Attempt
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream
 from .stream import merge_blocks as merge_blocks

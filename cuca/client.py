@@ -504,14 +504,28 @@ class CucaClient:
         retry: RetryPolicy | None = None,
         fused: bool | None = None,
         headers: Mapping[str, str] | None = None,
+        repair: int = 0,
     ) -> Completion:
         """Run one turn to its end and collect it: deltas merged into whole blocks, and
-        the answer parsed when the request has an output schema."""
-        turn = self.generate_stream(
-            request, stages=stages, retry=retry, fused=fused, headers=headers
-        )
-        async with turn as stream:
-            return await collect(stream, request.output_schema)
+        the answer parsed when the request has an output schema.
+
+        ``repair=N``: an answer that does not fit the output schema is sent back with
+        its error quoted, up to N times (:mod:`cuca.repair`); ``attempts`` lists the
+        tries and ``response`` sums their usage; after the last failure an
+        :class:`~cuca.OutputValidationError` carrying every attempt is raised."""
+
+        async def turn(request: UnifiedRequest) -> Completion:
+            opened = self.generate_stream(
+                request, stages=stages, retry=retry, fused=fused, headers=headers
+            )
+            async with opened as stream:
+                return await collect(stream, request.output_schema)
+
+        if not repair:
+            return await turn(request)
+        from .repair import repaired
+
+        return await repaired(turn, request, repair)
 
     async def count_tokens(self, request: UnifiedRequest) -> TokenCount:
         """How many prompt tokens ``request`` will take on this client's backend, counted

@@ -350,15 +350,18 @@ class OutputValidationError(CucaError):
     against the schema, or does not fit the class it came from.
 
     ``raw`` is the answer's whole text, so nothing is lost; ``message`` says where it
-    failed. ``generate`` puts this error in :attr:`cuca.Completion.errors`.
+    failed. ``generate`` puts this error in :attr:`cuca.Completion.errors`; with
+    ``repair=N``, after the last try fails it is raised with ``attempts``, every try
+    (each a :class:`~cuca.stream.Attempt`: its message, its error, its usage).
     """
 
     prefix = "output validation error"
 
-    def __init__(self, message: str, raw: str) -> None:
+    def __init__(self, message: str, raw: str, attempts: tuple[object, ...] = ()) -> None:
         super().__init__(message)
         self.args = (message, raw)
         self.raw = raw
+        self.attempts = attempts
 
     def __repr__(self) -> str:
         return f"OutputValidationError({self.message!r}, raw={self.raw[:200]!r})"

@@ -24,7 +24,7 @@ from .types import (
 if TYPE_CHECKING:
     from cuca.stages.runner import Puller
 
-__all__ = ["Completion", "ResponseStream", "merge_blocks"]
+__all__ = ["Attempt", "Completion", "ResponseStream", "merge_blocks"]
 
 
 class ResponseStream:
@@ -180,6 +180,9 @@ class Completion:
     errors: tuple[CucaError, ...]
     response: UnifiedResponse
     parsed: Any = None
+    attempts: tuple[Attempt, ...] = ()
+    """With ``generate(request, repair=N)``: every try, in order, the last the one that
+    fit (``response`` then sums the usage of all of them); else empty."""
 
     @property
     def text(self) -> str:
@@ -204,6 +207,21 @@ class Completion:
         """Why the turn ended (``response.finish_reason``): ``"stop"``, ``"length"``,
         ``"tool_calls"``... as the backend said it."""
         return self.response.finish_reason
+
+
+@attrs.frozen
+class Attempt:
+    """One try at a structured answer: the assistant ``message``, the
+    :class:`~cuca.OutputValidationError` it failed with (``None`` for the one that
+    fit), and its turn's ``response`` (its own ``usage``)."""
+
+    message: UnifiedMessage
+    error: OutputValidationError | None
+    response: UnifiedResponse
+
+    @property
+    def usage(self) -> TokenUsage | None:
+        return self.response.usage
 
 
 async def collect(stream: ResponseStream, schema: OutputSchema | None = None) -> Completion:

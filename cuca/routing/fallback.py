@@ -32,6 +32,7 @@ from cuca.errors import (
     ServerError,
     TransportError,
 )
+from cuca.repair import repaired
 from cuca.retry import refused_moves_on
 from cuca.stream import Completion, ResponseStream, collect
 from cuca.types import UnifiedRequest
@@ -178,10 +179,16 @@ class FallbackClient:
                 ran(stream)
                 yield stream
 
-    async def generate(self, request: UnifiedRequest) -> Completion:
-        """Run one turn to its end on the first client that answers, and collect it."""
-        async with self.generate_stream(request) as stream:
-            return await collect(stream)
+    async def generate(self, request: UnifiedRequest, *, repair: int = 0) -> Completion:
+        """Run one turn to its end on the first client that answers, and collect it (the
+        answer parsed when the request has an output schema; ``repair`` as
+        :meth:`CucaClient.generate`)."""
+
+        async def turn(request: UnifiedRequest) -> Completion:
+            async with self.generate_stream(request) as stream:
+                return await collect(stream, request.output_schema)
+
+        return await repaired(turn, request, repair)
 
     def run_tools(
         self,

@@ -30,8 +30,17 @@ import trio
 
 from cuca._nursery import background_nursery
 from cuca.assemble import BlockAssembler
-from cuca.errors import ConfigurationError, CucaError, ToolCallError, ToolLoopError
+from cuca.errors import (
+    ConfigurationError,
+    CucaError,
+    OutputValidationError,
+    ToolCallError,
+    ToolLoopError,
+)
 from cuca.plugins import CucaPlugin, LoopObserver
+from cuca.repair import feedback, sum_cache_usage, sum_usage
+from cuca.schema import parse_output
+from cuca.stream import Attempt
 from cuca.tools.approval import Approver, decide, refusal
 from cuca.tools.tool import ArgumentProblem, Tool, ToolArgumentsError, ToolFailed, as_tool
 from cuca.types import (
@@ -53,6 +62,8 @@ __all__ = [
     "TurnClient",
     "TurnStream",
     "run_tools",
+    "sum_cache_usage",
+    "sum_usage",
 ]
 
 
@@ -92,6 +103,7 @@ class ToolLoopOptions(TypedDict, total=False):
     max_invalid_calls: int
     approve: Approver | None
     approval_timeout: float | None
+    repair: int
 
 
 class ToolLoopStream:
@@ -169,6 +181,23 @@ class ToolLoopStream:
     def complete(self) -> bool:
         return self._loop.complete
 
+    @property
+    def parsed(self) -> Any:
+        """The last answer as a value when the request has an output schema and the
+        answer fits it (as :attr:`cuca.Completion.parsed`), else ``None``."""
+        return self._loop.parsed
+
+    @property
+    def attempts(self) -> tuple[Attempt, ...]:
+        """Each answer given for the output schema, in order, with its error (``None``
+        for the one that fit) and its step's response."""
+        return tuple(self._loop.attempts)
+
+    @property
+    def output_error(self) -> OutputValidationError | None:
+        """Why the last answer does not fit the output schema (without ``repair``)."""
+        return self._loop.invalid_answer
+
 
 class _StepStream:
     """A step's turn, handed by the loop task to the consumer, who reads it and says
@@ -224,6 +253,7 @@ async def run_tools(
     max_invalid_calls: int = 3,
     approve: Approver | None = None,
     approval_timeout: float | None = None,
+    repair: int = 0,
 ) -> AsyncIterator[ToolLoopStream]:
     """Run ``request`` on ``client`` with ``tools`` until the model stops calling them
     or ``max_steps`` steps have run.
@@ -246,6 +276,11 @@ async def run_tools(
     other calls run; a denial, a failure or the timeout gives the model an error result
     and the tool does not run. Every decision is told to the observers
     (:meth:`~cuca.LoopObserver.approval`).
+
+    With an output schema on the request, the last answer is parsed (``parsed``); with
+    ``repair=N``, an answer that does not fit is sent back with its error quoted, up to
+    N times (each a step of its own, not counted in ``max_steps``), and after the last
+    failure :class:`~cuca.OutputValidationError` carries every attempt.
     """
     options = _Options(
         max_steps,
@@ -255,6 +290,7 @@ async def run_tools(
         max_invalid_calls,
         approve,
         approval_timeout,
+        repair,
     )
     loop = _Loop(client, request, tools, options)
     send, receive = trio.open_memory_channel[Message](0)
@@ -275,6 +311,7 @@ class _Options:
     max_invalid_calls: int
     approve: Approver | None = None
     approval_timeout: float | None = None
+    repair: int = 0
 
     def __attrs_post_init__(self) -> None:
         if self.max_steps < 1 or self.max_concurrency < 1:
@@ -283,6 +320,8 @@ class _Options:
             raise ConfigurationError("max_invalid_calls must be 0 or more")
         if self.approval_timeout is not None and not self.approval_timeout >= 0:
             raise ConfigurationError("approval_timeout is seconds (0 or more), or None")
+        if self.repair < 0:
+            raise ConfigurationError("repair is a number of retries: 0 or more")
 
 
 class _Loop:
@@ -306,6 +345,10 @@ class _Loop:
         self.approve = options.approve
         self.approval_timeout = options.approval_timeout
         self.edited: dict[str, ToolCall] = {}  # this step's calls run with edited arguments
+        self.repair = options.repair
+        self.parsed: Any = None
+        self.attempts: list[Attempt] = []
+        self.invalid_answer: OutputValidationError | None = None
         self.responses: list[UnifiedResponse] = []
         self.malformed: dict[str, str] = {}  # this step's calls whose arguments were not JSON
         self.error: CucaError | None = None
@@ -318,16 +361,50 @@ class _Loop:
         async with send:
             try:
                 with self._watch(lambda o: o.run()):
-                    for number in range(1, self.max_steps + 1):
+                    number = tool_steps = 0
+                    while tool_steps < self.max_steps:
+                        number += 1
                         await send.send((Step(number),))
                         with self._watch(lambda o: o.step(number)):  # noqa: B023 (called at once)
                             calls = await self._step(send)
                             if not calls:
-                                self.complete = True
-                                return
+                                if self._answered():
+                                    self.complete = True
+                                    return
+                                continue  # the answer is sent back to be repaired
+                            tool_steps += 1
                             await self._run_calls(calls, send)
             except CucaError as exc:  # raised to the consumer once the channel is closed
                 self.error = exc
+
+    def _answered(self) -> bool:
+        """Whether the last answer ends the loop: always without an output schema; with
+        one, when it fits or the repairs are spent (after ``repair`` failed repairs,
+        an :class:`~cuca.OutputValidationError` carrying every attempt is raised)."""
+        spec = self.conversation.output_schema
+        if spec is None:
+            return True
+        message = self.conversation.messages[-1]
+        response = self.responses[-1] if self.responses else None
+        try:
+            self.parsed = parse_output(spec, message.text())
+        except OutputValidationError as error:
+            if response is not None:
+                self.attempts.append(Attempt(message, error, response))
+            if not self.repair:
+                self.invalid_answer = error
+                return True
+            if len(self.attempts) > self.repair:
+                raise OutputValidationError(
+                    f"no answer fit after {len(self.attempts)} tries; the last: {error.message}",
+                    error.raw,
+                    tuple(self.attempts),
+                ) from None
+            self.conversation = self.conversation.add_user_message(feedback(error))
+            return False
+        if response is not None:
+            self.attempts.append(Attempt(message, None, response))
+        return True
 
     async def _step(self, send: trio.MemorySendChannel[Message]) -> list[ToolCall]:
         """Open one turn and hand its stream to the consumer, who reads it to its end;
@@ -500,25 +577,3 @@ def _declare(request: UnifiedRequest, tools: Iterable[Tool]) -> UnifiedRequest:
         if tool.name not in declared:
             request = request.add_tool(tool.definition())
     return request
-
-
-def sum_usage(usages: Iterable[TokenUsage | None]) -> TokenUsage | None:
-    """The sum of the usages that were reported (``None`` if none was);
-    ``reasoning_tokens`` stays ``None`` unless some step reported it."""
-    known = [u for u in usages if u is not None]
-    if not known:
-        return None
-    reasoning = [u.reasoning_tokens for u in known if u.reasoning_tokens is not None]
-    return TokenUsage(
-        sum(u.prompt_tokens for u in known),
-        sum(u.completion_tokens for u in known),
-        sum(reasoning) if reasoning else None,
-    )
-
-
-def sum_cache_usage(usages: Iterable[PromptCacheUsage | None]) -> PromptCacheUsage | None:
-    """The sum of the prompt-cache usages that were reported (``None`` if none was)."""
-    known = [u for u in usages if u is not None]
-    if not known:
-        return None
-    return PromptCacheUsage(sum(u.read_tokens for u in known), sum(u.write_tokens for u in known))

@@ -1,0 +1,121 @@
+"""Structured answers that repair themselves: an answer that does not fit the output
+schema goes back to the model with its error quoted, until one fits or the tries run
+out; every try is kept with its usage, and the usage is summed. Over loopback on every
+HTTP family, through generate and through the tool loop's last answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import pytest
+from support.wire_replies import FAMILIES, Family
+
+from cuca import (
+    ConfigurationError,
+    OutputValidationError,
+    ToolResult,
+    UnifiedRequest,
+)
+from cuca.testing import open_replay_server
+
+
+@attrs.frozen
+class Forecast:
+    city: str
+    celsius: float = attrs.field(metadata={"json_schema": {"minimum": -90, "maximum": 60}})
+
+
+REQUEST = UnifiedRequest.new("m").add_user_message("Weather in Paris?").set_output_schema(Forecast)
+TOO_HOT = json.dumps({"city": "Paris", "celsius": 99})
+FITS = json.dumps({"city": "Paris", "celsius": 18})
+IDS = [f.name for f in FAMILIES]
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=IDS)
+async def test_repair_sends_the_error_back_and_keeps_the_answer_that_fits(family: Family) -> None:
+    replies = [family.text_reply(TOO_HOT[:10], TOO_HOT[10:]), family.text_reply(FITS)]
+    async with open_replay_server(replies) as server:
+        async with family.client(server.url) as client:
+            done = await client.generate(REQUEST, repair=2)
+        second = server.requests[1].body.decode()
+    assert done.parsed == Forecast("Paris", 18)
+    assert done.errors == ()
+    assert [a.message.text() for a in done.attempts] == [TOO_HOT, FITS]
+    first_error = done.attempts[0].error
+    assert first_error is not None and "99 is greater than the maximum of 60" in first_error.message
+    assert done.attempts[1].error is None
+    # the failed answer and the quoted error went back to the model
+    assert "does not fit the required JSON Schema" in second
+    assert "99 is greater than the maximum of 60" in second
+    assert "Paris" in second and len(server.requests) == 2
+    usage = [a.usage for a in done.attempts]
+    assert usage[0] is not None and usage[1] is not None and done.response.usage is not None
+    assert done.response.usage.prompt_tokens == usage[0].prompt_tokens + usage[1].prompt_tokens
+    assert done.response.usage.completion_tokens == 10  # 5 + 5
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=IDS)
+async def test_repair_gives_up_with_every_attempt(family: Family) -> None:
+    async with open_replay_server([family.text_reply(TOO_HOT)]) as server:
+        async with family.client(server.url) as client:
+            with pytest.raises(OutputValidationError) as caught:
+                await client.generate(REQUEST, repair=2)
+        assert len(server.requests) == 3
+    error = caught.value
+    assert str(error).startswith("output validation error: no answer fit after 3 tries; the last:")
+    assert len(error.attempts) == 3 and error.raw == TOO_HOT
+    assert all(a.error is not None and a.usage is not None for a in error.attempts)  # type: ignore[attr-defined]
+
+
+async def test_repair_zero_keeps_the_error_in_the_completion() -> None:
+    family = FAMILIES[0]
+    async with open_replay_server([family.text_reply(TOO_HOT)]) as server:
+        async with family.client(server.url) as client:
+            done = await client.generate(REQUEST)
+    assert done.parsed is None and done.attempts == ()
+    assert isinstance(done.errors[0], OutputValidationError)
+
+
+async def test_repair_needs_an_output_schema() -> None:
+    family = FAMILIES[0]
+    async with open_replay_server([family.text_reply("hi")]) as server:
+        async with family.client(server.url) as client:
+            with pytest.raises(ConfigurationError, match="output schema"):
+                await client.generate(UnifiedRequest.new("m").add_user_message("x"), repair=1)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=IDS)
+async def test_repair_of_the_tool_loops_last_answer(family: Family) -> None:
+    def weather(city: str) -> str:
+        """Weather."""
+        return "18 degrees"
+
+    replies = [
+        family.call_reply("weather", {"city": "Paris"}),
+        family.text_reply(TOO_HOT),
+        family.text_reply(FITS),
+    ]
+    async with open_replay_server(replies) as server:
+        async with family.client(server.url) as client:
+            async with client.run_tools(REQUEST, [weather], repair=1, max_steps=2) as stream:
+                items: list[Any] = [item async for item in stream]
+    assert stream.complete and stream.parsed == Forecast("Paris", 18)
+    assert [a.error is None for a in stream.attempts] == [False, True]
+    assert sum(isinstance(i, ToolResult) for i in items) == 1
+    roles = [m.role.value for m in stream.conversation.messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    usage = stream.usage  # three steps of 10 prompt and 5 completion tokens each
+    assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (30, 15)
+
+
+async def test_repair_of_the_tool_loop_gives_up_with_every_attempt() -> None:
+    family = FAMILIES[0]
+    async with open_replay_server([family.text_reply(TOO_HOT)]) as server:
+        async with family.client(server.url) as client:
+            with pytest.raises(OutputValidationError) as caught:
+                async with client.run_tools(REQUEST, [], repair=1) as stream:
+                    async for _ in stream:
+                        pass
+    assert len(caught.value.attempts) == 2
