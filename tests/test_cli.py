@@ -584,3 +584,104 @@ async def test_cli_retries_and_timeout_flags_reach_the_client() -> None:
         result = await cuca(*openai_args(server.url, "--timeout", "0.5", "hi"))
     assert_one_error_line(result, 1, "timed out")
     assert out(result).startswith("Hel")
+
+
+# -- what a new user reaches for first (issue 27 §4) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ctx", "100"], "--ctx 100: llama.cpp sizes a context in steps of 256 tokens"),
+        (["--temperature", "3"], "temperature"),
+    ],
+)
+async def test_cli_every_flag_is_checked_before_the_model_loads(
+    args: list[str], message: str
+) -> None:
+    result = await cuca("chat", *args, "hi")
+    assert_one_error_line(result, 2, message)
+    assert err(result).count("\n") == 1  # no "loading model", no llama.cpp line before it
+
+
+async def test_cli_abbreviated_flags_are_refused() -> None:
+    result = await cuca("chat", "--max-token", "5", "hi")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --max-token" in err(result)
+
+
+async def test_cli_logs_raw_without_json_is_an_error(tmp_path: Path) -> None:
+    result = await cuca("logs", str(tmp_path / "log.db"), "--raw")
+    assert_one_error_line(result, 2, "--raw needs --json")
+
+
+async def test_cli_no_rate_for_a_turn_that_arrived_at_once() -> None:
+    async with open_replay_server(Reply(HELLO)) as server:  # the whole answer in one read
+        result = await cuca(*openai_args(server.url, "Say hello"))
+    usage = err(result).splitlines()[-1]
+    assert "tok/s" not in usage, usage
+
+
+def test_cli_rate_is_the_decode_rate_from_the_first_item() -> None:
+    from cuca.cli.render import TurnClock
+
+    now = [10.0]
+    clock = TurnClock(lambda: now[0])
+    clock.mark()
+    now[0] = 10.001  # 17 tokens 1 ms after the first: too short to measure
+    assert clock.rate(17) is None
+    now[0] = 12.0
+    assert clock.rate(17) == 8.0  # 16 tokens after the first, in 2 s
+    assert clock.rate(1) is None
+
+
+def test_cli_history_is_kept_per_session_log_under_the_cache_dir(tmp_path: Path) -> None:
+    from cuca.cli.history import history_file, line_editing
+
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    default = history_file(env, None)
+    assert default == tmp_path / "cuca" / "history" / "default"
+    one, two = history_file(env, tmp_path / "a.db"), history_file(env, tmp_path / "b.db")
+    assert one != two and one is not None and one.parent == default.parent
+    assert history_file({**env, "CUCA_HISTORY": "off"}, None) is None
+    assert history_file(env, None, wanted=False) is None  # --no-history
+
+    import readline
+
+    with line_editing(one):
+        readline.add_history("what is 2+2?")
+    with line_editing(two):
+        assert readline.get_current_history_length() == 0  # another session's lines
+    with line_editing(one):
+        assert readline.get_history_item(1) == "what is 2+2?"
+
+
+async def test_cli_interactive_session_edits_lines_and_recalls_history(tmp_path: Path) -> None:
+    """On a terminal, Up recalls the last line (readline), and the next session of
+    the same log recalls it too."""
+    import pty
+
+    async with open_replay_server(Reply(HELLO)) as server:
+        for keys in (b"first question\r", b"\x1b[A\r"):  # type a line; then Up, Enter
+            pid, fd = pty.fork()
+            if pid == 0:  # the child: the command on the terminal
+                os.execve(
+                    sys.executable,
+                    [sys.executable, "-m", "cuca", *openai_args(server.url, "-i")],
+                    {**CLEAN_ENV, "XDG_CACHE_HOME": str(tmp_path), "TERM": "dumb"},
+                )
+            try:
+                seen = b""
+                with trio.fail_after(20):
+                    while b"> " not in seen:
+                        seen += await trio.to_thread.run_sync(os.read, fd, 4096)
+                    os.write(fd, keys)
+                    while seen.count(b"> ") < 2:
+                        seen += await trio.to_thread.run_sync(os.read, fd, 4096)
+                    os.write(fd, b"\x04")  # Ctrl-D ends the session
+                    await trio.to_thread.run_sync(os.waitpid, pid, 0)
+            finally:
+                os.close(fd)
+    first, second = (request.json()["messages"][-1]["content"] for request in server.requests)
+    assert first == second == "first question"
+    assert "^[[A" not in seen.decode(errors="replace")

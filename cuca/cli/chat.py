@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -25,6 +25,7 @@ from cuca.types import ProviderEndpoint, UnifiedRequest
 
 from .config import EXIT_INTERRUPTED, EXIT_OK, ChatSettings, CliError, resolve_chat
 from .console import Console
+from .history import line_editing
 from .jsonl import JsonRenderer
 from .progress import load_with_progress
 from .render import Renderer, TextRenderer
@@ -156,7 +157,9 @@ async def chat(settings: ChatSettings, console: Console, stdin_tty: bool = False
                     return await _run_once(client, first, renderer, tools)
                 session = Session(client, request, renderer, console, tools)
                 read = line_reader(console, sys.stdin, stdin_tty)
-                return await session.run(settings.prompt, read, stdin_tty)
+                editing = stdin_tty and console.out_tty  # input() reads the lines then
+                with line_editing(settings.history) if editing else nullcontext():
+                    return await session.run(settings.prompt, read, stdin_tty)
             finally:  # the session log writes what it has queued before the command ends
                 for plugin in client.plugins:
                     close = getattr(plugin, "close", None)
@@ -182,8 +185,9 @@ def run_chat(args: argparse.Namespace, env: Mapping[str, str], console: Console)
     stdin_tty = sys.stdin is not None and sys.stdin.isatty()
     try:
         settings = resolve_chat(args, env, stdin_tty)
-    except ConfigurationError as error:  # the default model's package is missing
-        raise CliError(str(error)) from None
+        first_request(settings)  # every flag checked before a model loads
+    except ConfigurationError as error:  # a bad value, the default model's package missing
+        raise CliError(str(error).removeprefix("configuration error: ")) from None
     if not settings.interactive:
         if settings.prompt is None:
             settings = attrs.evolve(settings, prompt=_read_prompt())

@@ -20,6 +20,7 @@ from cuca.errors import ConfigurationError
 from cuca.providers.table import ENDPOINTS, endpoint_info, env_key
 from cuca.types import ProviderEndpoint, ThinkingConfig, ThinkingEffort
 
+from .history import history_file
 from .options import PROVIDER_NAMES
 
 __all__ = [
@@ -33,6 +34,10 @@ __all__ = [
     "CliError",
     "resolve_chat",
 ]
+
+CONTEXT_STEP = 256
+"""llama.cpp sizes a context in multiples of this (``LocalModel.load`` refuses another
+``n_ctx`` after loading; the command refuses it before)."""
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -109,6 +114,7 @@ class ChatSettings:
     log: Path | None = None
     mcp: tuple[tuple[str, ...], ...] = ()
     mcp_http: tuple[str, ...] = ()
+    history: Path | None = None
 
     @property
     def is_local(self) -> bool:
@@ -221,6 +227,12 @@ def resolve_chat(
     """
     provider = _provider(args, env)
     _check_flags(args, provider)
+    if args.ctx is not None and args.ctx % CONTEXT_STEP:
+        fit = -(-args.ctx // CONTEXT_STEP) * CONTEXT_STEP
+        raise CliError(
+            f"--ctx {args.ctx}: llama.cpp sizes a context in steps of {CONTEXT_STEP} "
+            f"tokens, pass --ctx {fit}"
+        )
     model_path = _model_path(args, provider)
     base_url = None if provider == ProviderEndpoint.LOCAL else args.base_url
     if provider != ProviderEndpoint.LOCAL and base_url is None:
@@ -247,6 +259,7 @@ def resolve_chat(
         log=_path(args.log),
         mcp=tuple(_mcp_command(line) for line in getattr(args, "mcp", ())),
         mcp_http=tuple(getattr(args, "mcp_http", ())),
+        history=history_file(env, _path(args.log), not getattr(args, "no_history", False)),
     )
 
 

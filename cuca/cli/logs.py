@@ -18,6 +18,8 @@ __all__ = ["run_logs"]
 
 
 def run_logs(args: argparse.Namespace, console: Console) -> int:
+    if args.raw and not args.json:
+        raise CliError("--raw needs --json (the response bytes go in the JSON record)")
     path = Path(args.path)
     if not path.is_file():
         raise CliError(f"no session log at {path}", EXIT_USAGE)

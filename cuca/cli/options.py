@@ -46,6 +46,7 @@ def _count(minimum: int) -> Callable[[str], int]:
 def _add_chat(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chat = commands.add_parser(
         "chat",
+        allow_abbrev=False,
         help="stream one turn, or run an interactive session",
         description=(
             "Stream one turn for PROMPT. With no PROMPT, read it from stdin when stdin is "
@@ -83,6 +84,11 @@ def _add_chat(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     chat.add_argument("--json", action="store_true", help="one JSON line per stream item")
     chat.add_argument(
+        "--no-history",
+        action="store_true",
+        help="keep no line history of the interactive session (also CUCA_HISTORY=off)",
+    )
+    chat.add_argument(
         "--log", metavar="PATH", help="record every turn in this session log (see cuca logs)"
     )
     chat.add_argument(
@@ -102,10 +108,11 @@ def _add_chat(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _add_models(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    models = commands.add_parser("models", help="look at local model files")
+    models = commands.add_parser("models", help="look at local model files", allow_abbrev=False)
     actions = models.add_subparsers(dest="action", metavar="ACTION", required=True)
     inspect = actions.add_parser(
         "inspect",
+        allow_abbrev=False,
         help="what the engine reads from a GGUF file",
         description="Print a GGUF file's architecture, context length, chat template family "
         "and capabilities, read from its metadata without loading the weights.",
@@ -117,6 +124,7 @@ def _add_models(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _add_logs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logs = commands.add_parser(
         "logs",
+        allow_abbrev=False,
         help="list or show the turns of a session log",
         description="List the turns recorded in a SQLite session log (cuca.SessionLog), "
         "or show turn ID in full.",
@@ -132,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``cuca`` parser: ``cuca chat ...``, ``cuca models inspect ...``, ``cuca logs ...``."""
     parser = argparse.ArgumentParser(
         prog="cuca",
+        allow_abbrev=False,  # --max-token is a typo, not --max-tokens
         description="Chat with any LLM backend cuca supports, or inspect a local model.",
     )
     from cuca import __version__

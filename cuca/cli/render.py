@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from cuca.errors import CucaError
@@ -44,26 +45,34 @@ class Renderer(Protocol):
         """Ctrl-C stopped the turn."""
 
 
-class TurnClock:
-    """When a turn started and when its first item arrived, for tokens per second."""
+MIN_RATE_SPAN = 0.05
+"""Seconds between the first item and the end below which no rate is shown: a turn
+that arrived at once (a fast server on loopback, a cached answer) has no decode rate
+to measure."""
 
-    def __init__(self) -> None:
-        self.started = time.monotonic()
+
+class TurnClock:
+    """When a turn's first item arrived, for tokens per second."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.first: float | None = None
 
     def mark(self) -> None:
         if self.first is None:
-            self.first = time.monotonic()
+            self.first = self.clock()
 
     def rate(self, completion_tokens: int) -> float | None:
-        """Output tokens per second while generating (after the first item arrived:
-        prompt processing and network set-up are not counted)."""
-        now = time.monotonic()
-        if self.first is not None and completion_tokens >= 2 and now > self.first:
-            return (completion_tokens - 1) / (now - self.first)
-        if completion_tokens and now > self.started:
-            return completion_tokens / (now - self.started)
-        return None
+        """Output tokens per second while generating: the tokens after the first item,
+        over the time from the first item to the end (prompt processing and network
+        set-up are not counted). ``None`` when that cannot be measured: fewer than two
+        tokens, or under :data:`MIN_RATE_SPAN` seconds."""
+        if self.first is None or completion_tokens < 2:
+            return None
+        span = self.clock() - self.first
+        if span < MIN_RATE_SPAN:
+            return None
+        return (completion_tokens - 1) / span
 
 
 def usage_line(response: UnifiedResponse | None, rate: float | None) -> str:

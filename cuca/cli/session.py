@@ -42,8 +42,8 @@ RESET = "/reset"
 def line_reader(console: Console, stdin: TextIO, stdin_tty: bool) -> Callable[[], str | None]:
     """A blocking function returning the user's next line, or ``None`` at end of input.
 
-    On a terminal the prompt is shown (with line editing when stdout is the terminal
-    too); from a pipe, lines are read silently.
+    On a terminal the prompt is shown (with readline line editing and history, see
+    :mod:`.history`, when stdout is the terminal too); from a pipe, lines are read silently.
     """
 
     def read() -> str | None:
