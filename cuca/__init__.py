@@ -102,8 +102,8 @@ if _typing.TYPE_CHECKING:
     from .observers.session_log import SessionLog as SessionLog
     from .plugins import ApprovalEvent as ApprovalEvent
     from .plugins import LoopObserver as LoopObserver
-    from .plugins import TurnEnd as TurnEnd
     from .plugins import TurnObserver as TurnObserver
+    from .plugins import TurnOutcome as TurnOutcome
     from .providers.anthropic import AnthropicConfig as AnthropicConfig
     from .providers.llamacpp import LlamaCppConfig as LlamaCppConfig
     from .providers.llamacpp import LlamaRoute as LlamaRoute
@@ -138,7 +138,7 @@ _LAZY: dict[str, str] = {
     "MemoryStore": "cuca.store",
     "RedisStore": "cuca.store",
     "SqliteStore": "cuca.store",
-    "TurnEnd": "cuca.plugins",
+    "TurnOutcome": "cuca.plugins",
     "TurnObserver": "cuca.plugins",
     "PoolPolicy": "cuca.routing.pool",
     "RedactRequest": "cuca.observers.redaction",

@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from .errors import CucaError
-from .plugins import TurnEnd
+from .plugins import TurnOutcome
 from .turn import EndOfTurn, TurnState
 from .types import Block, TurnSummary, UnifiedRequest
 
@@ -95,7 +95,7 @@ class Ticket(Protocol):
         """The response's status and headers, as soon as they arrive (HTTP turns)."""
         ...
 
-    async def settle(self, end: TurnEnd) -> None:
+    async def settle(self, end: TurnOutcome) -> None:
         """Called once when the turn has ended, with how it ended."""
         ...
 
@@ -219,11 +219,11 @@ class TurnAdmission:
         cancellation, within :data:`SETTLE_TIMEOUT`."""
         response = stream.response
         if state.error is not None:
-            end = TurnEnd("error", error=state.error)
+            end = TurnOutcome("error", error=state.error)
         elif response is not None:
-            end = TurnEnd("ok", response)
+            end = TurnOutcome("ok", response)
         else:
-            end = TurnEnd("cancelled")
+            end = TurnOutcome("cancelled")
         failure: BaseException | None = None
         with trio.move_on_after(SETTLE_TIMEOUT) as scope:
             scope.shield = True
@@ -257,13 +257,13 @@ async def admitted(
         return
     ticket = await gate.admit(request, estimated)
     streams: list[ResponseStream] = []
-    end = TurnEnd("cancelled")
+    end = TurnOutcome("cancelled")
     try:
         yield streams.append
         if streams and streams[-1].response is not None:
-            end = TurnEnd("ok", streams[-1].response)
+            end = TurnOutcome("ok", streams[-1].response)
     except Exception as exc:
-        end = TurnEnd("error", error=exc)
+        end = TurnOutcome("error", error=exc)
         raise
     finally:
         with trio.move_on_after(SETTLE_TIMEOUT) as scope:

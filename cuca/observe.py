@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import PluginError
-from .plugins import CucaPlugin, TurnEnd, TurnObserver, overrides
+from .plugins import CucaPlugin, TurnObserver, TurnOutcome, overrides
 from .turn import EndOfTurn, TurnState, split_end
 from .types import UnifiedRequest
 
@@ -73,11 +73,11 @@ class _Watch:
         """Tell every observer how the turn ended (called by the client once every stage
         has); an observer that fails ends a turn that was not cancelled."""
         if state.error is not None:
-            end = TurnEnd("error", error=state.error)
+            end = TurnOutcome("error", error=state.error)
         elif self.end_of_turn is not None and not cancelled:
-            end = TurnEnd("ok", self.end_of_turn.response())
+            end = TurnOutcome("ok", self.end_of_turn.response())
         else:
-            end = TurnEnd("cancelled")
+            end = TurnOutcome("cancelled")
         failure: PluginError | None = None
         for name, observer in self.start(self.request):
             try:

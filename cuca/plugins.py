@@ -33,8 +33,8 @@ __all__ = [
     "CucaPlugin",
     "LoopObserver",
     "ToolDone",
-    "TurnEnd",
     "TurnObserver",
+    "TurnOutcome",
     "overrides",
 ]
 
@@ -42,7 +42,7 @@ Status = Literal["ok", "error", "cancelled"]
 
 
 @attrs.frozen
-class TurnEnd:
+class TurnOutcome:
     """How a turn ended: ``"ok"`` with its ``response``, ``"error"`` with the ``error``
     that ended it, or ``"cancelled"`` (the consumer left before the end)."""
 
@@ -70,7 +70,7 @@ class TurnObserver:
         """Called at the start of a turn whose request a compactor shortened
         (``cuca.Compactor``): what it removed, and the tokens before and after."""
 
-    def on_end(self, end: TurnEnd) -> None:
+    def on_end(self, end: TurnOutcome) -> None:
         """Called once, whatever happened, before the consumer sees the end of the stream
         (or after it left)."""
 

@@ -29,10 +29,10 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
-from cuca.errors import ProviderError, ToolCallError
+from cuca.errors import ToolCallError
 from cuca.types import ProviderEndpoint, Text, Thinking, ToolCall, new_call_id
 
-from .streaming import StreamingParser
+from .streaming import ParsedItem, StreamingParser
 
 __all__ = ["HARMONY_MARKERS", "HarmonyParser"]
 
@@ -46,7 +46,6 @@ _BODY_ENDS = (END, CALL, RETURN)
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL_NAME = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
 
-Item = Text | Thinking | ToolCall | ProviderError
 LOCAL = ProviderEndpoint.LOCAL
 
 
@@ -64,7 +63,7 @@ def _first(text: str, markers: Sequence[str]) -> tuple[int, str | None]:
     return min(found) if found else (-1, None)
 
 
-class HarmonyParser(StreamingParser[Item]):
+class HarmonyParser(StreamingParser[ParsedItem]):
     """Turns harmony output into blocks, incrementally (see the module docstring).
 
     ``thinking_enabled`` decides whether reasoning tokens are counted; ``id_factory``
@@ -84,20 +83,20 @@ class HarmonyParser(StreamingParser[Item]):
         self._skip_ws = True  # whitespace between messages is dropped
         self._header_start = 0
 
-    def _at_end(self, out: list[Item]) -> None:
+    def _at_end(self, out: list[ParsedItem]) -> None:
         if self._body is not None:  # the body the end of generation cut off
             self._end_body(out)
 
     # -- states --------------------------------------------------------------------
 
-    def _step(self, out: list[Item], final: bool) -> bool:
+    def _step(self, out: list[ParsedItem], final: bool) -> bool:
         if self._in_header:
             return self._read_header(final)
         if self._body is None:
             return self._outside(out, final)
         return self._read_body(out, final)
 
-    def _outside(self, out: list[Item], final: bool) -> bool:
+    def _outside(self, out: list[ParsedItem], final: bool) -> bool:
         """Between messages: leading whitespace is dropped, plain text is the answer."""
         if self._skip_ws:
             stripped = self._buf.lstrip()
@@ -140,7 +139,7 @@ class HarmonyParser(StreamingParser[Item]):
             self._body = "text"
         return True
 
-    def _read_body(self, out: list[Item], final: bool) -> bool:
+    def _read_body(self, out: list[ParsedItem], final: bool) -> bool:
         index, marker = _first(self._buf, (*_BODY_ENDS, START))
         if marker is None:
             held = 0 if final else _held(self._buf, HARMONY_MARKERS)
@@ -152,13 +151,13 @@ class HarmonyParser(StreamingParser[Item]):
         self._end_body(out)
         return True
 
-    def _body_piece(self, out: list[Item], n: int) -> None:
+    def _body_piece(self, out: list[ParsedItem], n: int) -> None:
         if self._body == "call":
             self._call_body += self._consume(n)
         else:
             self._emit(out, Thinking if self._body == "analysis" else Text, n)
 
-    def _end_body(self, out: list[Item]) -> None:
+    def _end_body(self, out: list[ParsedItem]) -> None:
         if self._body == "analysis":
             self._spans[-1].append(self._pos)
         elif self._body == "call":
@@ -166,7 +165,7 @@ class HarmonyParser(StreamingParser[Item]):
         self._body = None
         self._skip_ws = True
 
-    def _call(self) -> Item:
+    def _call(self) -> ParsedItem:
         body, recipient = self._call_body.strip(), self._recipient
         name = recipient.removeprefix("functions.")
         try:
@@ -183,7 +182,7 @@ class HarmonyParser(StreamingParser[Item]):
             )
         return ToolCall(id=self._new_id(), name=name, arguments=arguments)
 
-    def _emit(self, out: list[Item], kind: type[Text] | type[Thinking], n: int) -> None:
+    def _emit(self, out: list[ParsedItem], kind: type[Text] | type[Thinking], n: int) -> None:
         text = self._consume(n)
         if not text:
             return

@@ -34,17 +34,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeAlias
 
-from cuca.errors import ProviderError, ToolCallError
+from cuca.errors import ToolCallError
 from cuca.types import ProviderEndpoint, Text, Thinking, ToolCall, new_call_id
 
 from .formats import OutputFormat, ToolSyntax
 from .harmony import HARMONY_MARKERS, HarmonyParser
-from .streaming import StreamingParser
+from .streaming import ParsedItem, StreamingParser
 
-__all__ = ["Item", "OutputParser", "format_markers", "new_call_id", "new_output_parser"]
+__all__ = ["OutputParser", "ParsedItem", "format_markers", "new_call_id", "new_output_parser"]
 
-Item: TypeAlias = Text | Thinking | ToolCall | ProviderError
-"""One parser output: a block, or the error that replaces a malformed tool call."""
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
@@ -250,7 +248,7 @@ def _held_suffix(text: str, markers: Sequence[str]) -> int:
     return held
 
 
-class OutputParser(StreamingParser[Item]):
+class OutputParser(StreamingParser[ParsedItem]):
     """Turns generated text into blocks, incrementally (see the module docstring).
 
     ``fmt`` says which markers and tool syntax to expect; ``thinking_enabled`` is
@@ -294,7 +292,7 @@ class OutputParser(StreamingParser[Item]):
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _emit_text(self, out: list[Item], n: int) -> None:
+    def _emit_text(self, out: list[ParsedItem], n: int) -> None:
         text = self._consume(n)
         if not text:
             return
@@ -304,7 +302,7 @@ class OutputParser(StreamingParser[Item]):
         else:
             out.append(Text(text))
 
-    def _emit_thinking(self, out: list[Item], n: int) -> None:
+    def _emit_thinking(self, out: list[ParsedItem], n: int) -> None:
         text = self._consume(n)
         if not text:
             return
@@ -314,7 +312,7 @@ class OutputParser(StreamingParser[Item]):
             out.append(Thinking(text, provider=LOCAL))
 
     def _emit_call(
-        self, out: list[Item], parts: _Parts | None, body: str, name: str | None = None
+        self, out: list[ParsedItem], parts: _Parts | None, body: str, name: str | None = None
     ) -> None:
         if parts is None:
             raw = body.strip()
@@ -346,13 +344,13 @@ class OutputParser(StreamingParser[Item]):
         self._consume(len(self._buf) - len(stripped))
         return bool(self._buf)
 
-    def _step(self, out: list[Item], final: bool) -> bool:
+    def _step(self, out: list[ParsedItem], final: bool) -> bool:
         """Advance in the current mode; true when the mode changed and the loop goes on."""
         return _HANDLERS[self._mode](self, out, final)
 
     # -- modes ---------------------------------------------------------------------
 
-    def _text(self, out: list[Item], final: bool) -> bool:
+    def _text(self, out: list[ParsedItem], final: bool) -> bool:
         if self._skip_ws:
             if not self._strip_leading_ws():
                 return False
@@ -390,7 +388,7 @@ class OutputParser(StreamingParser[Item]):
             self._mode = _Mode.MISTRAL
         return True
 
-    def _reasoning(self, out: list[Item], final: bool) -> bool:
+    def _reasoning(self, out: list[ParsedItem], final: bool) -> bool:
         end = self._end_marker
         index = self._buf.find(end)
         if index == -1:
@@ -404,7 +402,7 @@ class OutputParser(StreamingParser[Item]):
         self._answer_start = True
         return True
 
-    def _hermes(self, out: list[Item], final: bool) -> bool:
+    def _hermes(self, out: list[ParsedItem], final: bool) -> bool:
         index = self._buf.find(HERMES_CLOSE, self._search_from)
         if index == -1:
             if not final:
@@ -425,7 +423,7 @@ class OutputParser(StreamingParser[Item]):
             return None
         return _call_parts(obj, require_arguments=require_arguments)
 
-    def _json_call(self, out: list[Item], final: bool) -> bool:
+    def _json_call(self, out: list[ParsedItem], final: bool) -> bool:
         end = self._scan(final)
         if end == _WAIT:
             return False
@@ -465,7 +463,7 @@ class OutputParser(StreamingParser[Item]):
             return _WAIT
         return end
 
-    def _json_next(self, out: list[Item], final: bool) -> bool:
+    def _json_next(self, out: list[ParsedItem], final: bool) -> bool:
         stripped = self._buf.lstrip().lstrip(";").lstrip()
         while stripped != self._buf:
             self._consume(len(self._buf) - len(stripped))
@@ -479,7 +477,7 @@ class OutputParser(StreamingParser[Item]):
         self._answer_start = False
         return True
 
-    def _python_tag(self, out: list[Item], final: bool) -> bool:
+    def _python_tag(self, out: list[ParsedItem], final: bool) -> bool:
         if not self._strip_leading_ws():
             if final:
                 self._emit_call(out, None, "")
@@ -493,7 +491,7 @@ class OutputParser(StreamingParser[Item]):
             self._mode = _Mode.PYTHON_CODE
         return True
 
-    def _python_code(self, out: list[Item], final: bool) -> bool:
+    def _python_code(self, out: list[ParsedItem], final: bool) -> bool:
         if not final:
             return False
         body = self._consume(len(self._buf))
@@ -501,7 +499,7 @@ class OutputParser(StreamingParser[Item]):
         self._to_text()
         return True
 
-    def _mistral(self, out: list[Item], final: bool) -> bool:
+    def _mistral(self, out: list[ParsedItem], final: bool) -> bool:
         if not self._strip_leading_ws():
             if final:
                 self._emit_call(out, None, "")
@@ -514,7 +512,7 @@ class OutputParser(StreamingParser[Item]):
             self._mode, self._search_from = _Mode.MISTRAL_NAME, 0
         return True
 
-    def _mistral_list(self, out: list[Item], final: bool) -> bool:
+    def _mistral_list(self, out: list[ParsedItem], final: bool) -> bool:
         end = self._scan(final)
         if end == _WAIT:
             return False
@@ -532,7 +530,7 @@ class OutputParser(StreamingParser[Item]):
         self._to_text()
         return True
 
-    def _mistral_name(self, out: list[Item], final: bool) -> bool:
+    def _mistral_name(self, out: list[ParsedItem], final: bool) -> bool:
         index = self._buf.find(MISTRAL_ARGS, self._search_from)
         if index == -1:
             if not final and len(self._buf) <= _MAX_MISTRAL_NAME:
@@ -547,7 +545,7 @@ class OutputParser(StreamingParser[Item]):
         self._mode, self._scanner = _Mode.MISTRAL_ARGS, None
         return True
 
-    def _mistral_args(self, out: list[Item], final: bool) -> bool:
+    def _mistral_args(self, out: list[ParsedItem], final: bool) -> bool:
         head = f"{self._call_name}{MISTRAL_ARGS}"
         name = self._call_name if _NAME.fullmatch(self._call_name) else None
         if self._scanner is None:
@@ -579,7 +577,7 @@ class OutputParser(StreamingParser[Item]):
         return True
 
 
-_HANDLERS: Mapping[_Mode, Callable[[OutputParser, list[Item], bool], bool]] = {
+_HANDLERS: Mapping[_Mode, Callable[[OutputParser, list[ParsedItem], bool], bool]] = {
     _Mode.TEXT: OutputParser._text,
     _Mode.REASONING: OutputParser._reasoning,
     _Mode.HERMES: OutputParser._hermes,

@@ -8,9 +8,16 @@ state machine; ``feed`` and ``close`` run it until it waits for more text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import Generic, TypeAlias, TypeVar
 
-__all__ = ["StreamingParser", "tokens_in_spans"]
+from cuca.errors import ProviderError
+from cuca.types import Text, Thinking, ToolCall
+
+__all__ = ["ParsedItem", "StreamingParser", "tokens_in_spans"]
+
+ParsedItem: TypeAlias = Text | Thinking | ToolCall | ProviderError
+"""One output parser's item: a block, or the error that replaces a malformed tool call
+(the harmony parser's and the others'; narrower than :data:`cuca.turn.Item`)."""
 
 ItemT = TypeVar("ItemT")
 

@@ -24,14 +24,13 @@ from cuca.errors import (
     ProviderError,
     http_status_error,
 )
-from cuca.stages.protocols import Framer
+from cuca.stages.protocols import Framer, StreamDecoder
 from cuca.stages.sse import SseEvent, SseParser
 from cuca.turn import Item
 from cuca.types import (
     ModelInfo,
     ProviderEndpoint,
     TokenCount,
-    TurnSummary,
     UnifiedRequest,
 )
 
@@ -140,29 +139,6 @@ class ClientSettings:
         if base is None:
             raise ConfigurationError(f"{self.provider} needs a base_url")
         return base.rstrip("/")
-
-
-class StreamDecoder(abc.ABC):
-    """Turns one response's events into items; one instance per turn.
-
-    ``feed`` returns the items an event produced (blocks, or ``CucaError`` instances for
-    errors that do not end the turn) and raises a ``CucaError`` for one that does.
-    ``close`` is called once when the byte stream ends: it returns what is still pending
-    and raises ``StreamIncomplete`` if the stream was cut before the turn was complete.
-    ``finished`` turns true once the provider's end marker arrived: the transport then
-    stops reading.
-    """
-
-    finished: bool = False
-
-    @abc.abstractmethod
-    def feed(self, event: SseEvent) -> list[Item]: ...
-
-    @abc.abstractmethod
-    def close(self) -> list[Item]: ...
-
-    @abc.abstractmethod
-    def summary(self) -> TurnSummary: ...
 
 
 class ProviderAdapter(abc.ABC):

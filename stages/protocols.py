@@ -2,7 +2,7 @@
 
 Stages know no vendor: they call whatever object fits these shapes. The provider
 adapters in ``cuca.providers`` fit them (their decoders subclass :class:`StreamDecoder`,
-which ``cuca.providers`` re-exports).
+which ``cuca.providers`` re-exports: the one definition of a decoder's contract).
 """
 
 from __future__ import annotations

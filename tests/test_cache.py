@@ -21,8 +21,8 @@ from cuca import (
     RetryPolicy,
     StoreError,
     Text,
-    TurnEnd,
     TurnObserver,
+    TurnOutcome,
     UnifiedRequest,
     UnifiedResponse,
 )
@@ -69,7 +69,7 @@ async def test_cache_hit_goes_through_chunk_hooks_and_observers() -> None:
 
         def __init__(self) -> None:
             self.completed: list[UnifiedResponse] = []
-            self.ends: list[TurnEnd] = []
+            self.ends: list[TurnOutcome] = []
 
         async def on_stream_chunk(self, block: Block) -> Block | None:
             return Text(block.text.upper()) if isinstance(block, Text) else block
@@ -81,7 +81,7 @@ async def test_cache_hit_goes_through_chunk_hooks_and_observers() -> None:
             ends = self.ends
 
             class Watch(TurnObserver):
-                def on_end(self, end: TurnEnd) -> None:
+                def on_end(self, end: TurnOutcome) -> None:
                     ends.append(end)
 
             return Watch()

@@ -14,7 +14,7 @@ from test_engine_output import merge
 
 from cuca.engine.formats import Capabilities, OutputFormat, ToolSyntax
 from cuca.engine.harmony import HARMONY_MARKERS, HarmonyParser
-from cuca.engine.output import Item, format_markers, new_output_parser
+from cuca.engine.output import ParsedItem, format_markers, new_output_parser
 from cuca.errors import ToolCallError
 from cuca.types import ProviderEndpoint, Text, Thinking, ToolCall, UnifiedRequest
 
@@ -35,10 +35,10 @@ CALL_IN_ROLE = (
 ANSWER = "<|start|>assistant<|channel|>final<|message|>It is 18°C in Paris."
 
 
-def parse(pieces: Sequence[str], thinking: bool = True) -> list[Item]:
+def parse(pieces: Sequence[str], thinking: bool = True) -> list[ParsedItem]:
     counter = itertools.count()
     parser = HarmonyParser(thinking_enabled=thinking, id_factory=lambda: f"call_{next(counter)}")
-    items: list[Item] = []
+    items: list[ParsedItem] = []
     for piece in pieces:
         items += parser.feed(piece)
     items += parser.close()

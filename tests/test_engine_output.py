@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from support.budget import examples
 
 from cuca.engine.formats import OutputFormat, ToolSyntax
-from cuca.engine.output import Item, OutputParser, format_markers, new_call_id
+from cuca.engine.output import OutputParser, ParsedItem, format_markers, new_call_id
 from cuca.errors import ToolCallError
 from cuca.types import ProviderEndpoint, Text, Thinking, ToolCall
 
@@ -31,9 +31,9 @@ def counter_ids() -> Callable[[], str]:
     return lambda: f"call_{next(counter):016x}"
 
 
-def merge(items: Sequence[Item]) -> list[Item]:
+def merge(items: Sequence[ParsedItem]) -> list[ParsedItem]:
     """Adjacent Text (and Thinking) deltas joined: the stream as a reader sees it."""
-    merged: list[Item] = []
+    merged: list[ParsedItem] = []
     for item in items:
         last = merged[-1] if merged else None
         if isinstance(item, Text) and isinstance(last, Text):
@@ -45,16 +45,16 @@ def merge(items: Sequence[Item]) -> list[Item]:
     return merged
 
 
-def parse(fmt: OutputFormat, pieces: Sequence[str], thinking: bool = True) -> list[Item]:
+def parse(fmt: OutputFormat, pieces: Sequence[str], thinking: bool = True) -> list[ParsedItem]:
     parser = OutputParser(fmt, thinking_enabled=thinking, id_factory=counter_ids())
-    items: list[Item] = []
+    items: list[ParsedItem] = []
     for piece in pieces:
         items += parser.feed(piece)
     items += parser.close()
     return merge(items)
 
 
-def parse_all_ways(fmt: OutputFormat, text: str) -> list[Item]:
+def parse_all_ways(fmt: OutputFormat, text: str) -> list[ParsedItem]:
     """Parse whole and one character at a time; both must agree."""
     whole = parse(fmt, [text])
     assert parse(fmt, list(text)) == whole

@@ -144,7 +144,7 @@ CUCA = {
     "ToolLoopStream",
     "ToolResult",
     "TransportError",
-    "TurnEnd",
+    "TurnOutcome",
     "TurnObserver",
     "TurnSummary",
     "UnifiedMessage",

@@ -15,8 +15,8 @@ from cuca import (
     PluginError,
     ProviderEndpoint,
     Text,
-    TurnEnd,
     TurnObserver,
+    TurnOutcome,
     UnifiedRequest,
 )
 from cuca.stages import after, map_items
@@ -31,7 +31,7 @@ class Recorder(TurnObserver):
         self.fail = fail
         self.chunks: list[bytes] = []
         self.items: list[object] = []
-        self.ends: list[TurnEnd] = []
+        self.ends: list[TurnOutcome] = []
 
     def on_raw(self, chunks: Sequence[bytes]) -> None:
         self.chunks.extend(chunks)
@@ -41,7 +41,7 @@ class Recorder(TurnObserver):
             raise OSError("disk full")
         self.items.extend(items)
 
-    def on_end(self, end: TurnEnd) -> None:
+    def on_end(self, end: TurnOutcome) -> None:
         self.ends.append(end)
 
 
@@ -92,7 +92,7 @@ async def test_observer_sees_the_final_request_raw_bytes_items_and_end() -> None
     assert "".join(i.text for i in items if isinstance(i, Text)) == (
         "I'M UNABLE TO PROVIDE REAL-TIME WEATHER UPDATES."
     )
-    assert observer.ends == [TurnEnd("ok", response)]
+    assert observer.ends == [TurnOutcome("ok", response)]
 
 
 async def test_observer_without_raw_gets_no_bytes() -> None:

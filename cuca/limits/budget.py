@@ -15,7 +15,7 @@ from cuca._checks import kind
 from cuca.admission import Counter, estimate_tokens, estimated
 from cuca.cost import turn_cost
 from cuca.errors import BudgetExceeded, ConfigurationError
-from cuca.plugins import CucaPlugin, TurnEnd
+from cuca.plugins import CucaPlugin, TurnOutcome
 from cuca.store import MemoryStore, Store
 from cuca.types import TokenUsage, UnifiedRequest
 
@@ -144,7 +144,10 @@ class Budget(CucaPlugin):
         if self.usd is not None and projection.usd is None and self.on_unpriced == "refuse":
             spent = (await self.spent()).get("usd", 0.0)
             raise BudgetExceeded(
-                "usd", spent, None, self.usd,
+                "usd",
+                spent,
+                None,
+                self.usd,
                 f"no price is known for {request.model!r} on {request.provider.kind} "
                 '(on_unpriced="refuse"; pass on_unpriced="allow" to count it at $0)',
             )
@@ -159,14 +162,22 @@ class Budget(CucaPlugin):
         if refusal is not None:
             unit, spent = refusal
             raise BudgetExceeded(
-                unit, spent, amounts[unit], limits[unit],
+                unit,
+                spent,
+                amounts[unit],
+                limits[unit],
                 f"{unit}: spent and reserved {_shown(unit, spent)}, this turn projects "
                 f"{_shown(unit, amounts[unit])}, the limit is {_shown(unit, limits[unit])}",
             )
         return _Reservation(self, key, ttl, ident, amounts)
 
     async def _settle(
-        self, key: str, ttl: float | None, ident: str, reserved: Mapping[str, float], end: TurnEnd
+        self,
+        key: str,
+        ttl: float | None,
+        ident: str,
+        reserved: Mapping[str, float],
+        end: TurnOutcome,
     ) -> None:
         charge = self._charge(reserved, end)
         limits, warn_at = self._limits(), self.warn_at
@@ -177,7 +188,7 @@ class Budget(CucaPlugin):
             if self.on_warn is not None:
                 self.on_warn(warning)
 
-    def _charge(self, reserved: Mapping[str, float], end: TurnEnd) -> dict[str, float]:
+    def _charge(self, reserved: Mapping[str, float], end: TurnOutcome) -> dict[str, float]:
         if end.status == "cancelled":
             return dict(reserved)
         response = end.response
@@ -189,8 +200,8 @@ class Budget(CucaPlugin):
             charge["usd"] = 0.0 if cost is None else float(cost)
         if "tokens" in reserved:
             usage = response.usage
-            charge["tokens"] = 0.0 if response.cached else float(
-                usage.prompt_tokens + usage.completion_tokens
+            charge["tokens"] = (
+                0.0 if response.cached else float(usage.prompt_tokens + usage.completion_tokens)
             )
         return charge
 
@@ -207,7 +218,7 @@ class _Reservation:
     async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
         """Headers say nothing about spending."""
 
-    async def settle(self, end: TurnEnd) -> None:
+    async def settle(self, end: TurnOutcome) -> None:
         if not self.settled:
             self.settled = True
             await self.budget._settle(self.key, self.ttl, self.ident, self.amounts, end)

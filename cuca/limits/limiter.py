@@ -15,7 +15,7 @@ import trio
 from cuca._checks import kind
 from cuca.admission import Counter, estimated
 from cuca.errors import ConfigurationError, RateLimitError, RateLimitExceeded, StoreError
-from cuca.plugins import TurnEnd
+from cuca.plugins import TurnOutcome
 from cuca.store import MemoryStore, Store
 from cuca.types import UnifiedRequest
 
@@ -255,7 +255,7 @@ class RateLimiter:
                 self._slot_freed.set()
                 self._slot_freed = trio.Event()
 
-    async def settle(self, holder: str | None, estimate: int, end: TurnEnd) -> None:
+    async def settle(self, holder: str | None, estimate: int, end: TurnOutcome) -> None:
         """The turn has ended: give its slot back, charge its exact tokens, and pause
         everyone when the server refused it with ``Retry-After``."""
         usage = end.response.usage if end.response is not None else None
@@ -321,7 +321,7 @@ class _Ticket:
         if not self.broken:
             await self.limiter.steer(headers)
 
-    async def settle(self, end: TurnEnd) -> None:
+    async def settle(self, end: TurnOutcome) -> None:
         if self.settled or self.broken:
             return
         self.settled = True

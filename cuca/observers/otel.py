@@ -21,7 +21,14 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
 from cuca.errors import CucaError
-from cuca.plugins import ApprovalEvent, CucaPlugin, LoopObserver, ToolDone, TurnEnd, TurnObserver
+from cuca.plugins import (
+    ApprovalEvent,
+    CucaPlugin,
+    LoopObserver,
+    ToolDone,
+    TurnObserver,
+    TurnOutcome,
+)
 from cuca.types import Block, ToolCall, ToolResult, UnifiedRequest
 
 __all__ = ["APPROVAL_EVENT", "FIRST_BLOCK_EVENT", "OtelPlugin", "provider_name"]
@@ -158,11 +165,9 @@ class _SpanObserver(TurnObserver):
             self.first = True
             seconds = time.perf_counter() - self.started
             self.span.set_attribute("gen_ai.response.time_to_first_chunk", seconds)
-            self.span.add_event(
-                FIRST_BLOCK_EVENT, {"gen_ai.response.time_to_first_chunk": seconds}
-            )
+            self.span.add_event(FIRST_BLOCK_EVENT, {"gen_ai.response.time_to_first_chunk": seconds})
 
-    def on_end(self, end: TurnEnd) -> None:
+    def on_end(self, end: TurnOutcome) -> None:
         span = self.span
         response = end.response
         if response is not None:
@@ -179,9 +184,7 @@ class _SpanObserver(TurnObserver):
             cache = response.prompt_cache_usage
             if cache is not None:
                 span.set_attribute("gen_ai.usage.cache_read.input_tokens", cache.read_tokens)
-                span.set_attribute(
-                    "gen_ai.usage.cache_creation.input_tokens", cache.write_tokens
-                )
+                span.set_attribute("gen_ai.usage.cache_creation.input_tokens", cache.write_tokens)
         if end.error is not None:
             span.set_attribute("error.type", type(end.error).__name__)
             span.set_status(Status(StatusCode.ERROR, str(end.error)))

@@ -34,7 +34,7 @@ import attrs
 from cuca.assemble import BlockAssembler
 from cuca.convert import structure, unstructure
 from cuca.errors import ConfigurationError, CucaError
-from cuca.plugins import ApprovalEvent, CucaPlugin, LoopObserver, TurnEnd, TurnObserver
+from cuca.plugins import ApprovalEvent, CucaPlugin, LoopObserver, TurnObserver, TurnOutcome
 from cuca.types import Block, PromptCacheUsage, TokenUsage, UnifiedRequest
 
 from ._writer import Writer
@@ -320,7 +320,7 @@ class _Recorder(TurnObserver):
         self.blocks.feed(items)
         self.errors += [_error_json(item) for item in items if isinstance(item, CucaError)]
 
-    def on_end(self, end: TurnEnd) -> None:
+    def on_end(self, end: TurnOutcome) -> None:
         assembler, errors, chunks = self.blocks, self.errors, self.chunks
         first, total = self.first, time.perf_counter() - self.started
 

@@ -39,7 +39,7 @@ from bench_openai_stream import API_KEY, MODEL
 from cuca import CucaClient, CucaPlugin, ProviderEndpoint, SessionLog, UnifiedRequest
 from cuca.convert import unstructure
 from cuca.errors import CucaError
-from cuca.plugins import TurnEnd, TurnObserver
+from cuca.plugins import TurnObserver, TurnOutcome
 from cuca.types import Block, UnifiedResponse
 
 HERE = Path(__file__).resolve().parent
@@ -77,7 +77,7 @@ class _Row(TurnObserver):
     def on_items(self, items: Sequence[object]) -> None:
         self.blocks += [i for i in items if not isinstance(i, Exception)]  # type: ignore[misc]
 
-    def on_end(self, end: TurnEnd) -> None:
+    def on_end(self, end: TurnOutcome) -> None:
         response: UnifiedResponse | None = end.response
         cost = None if response is None else response.cost
         self.db.execute(
@@ -119,7 +119,7 @@ class _TimedObserver(TurnObserver):
     def on_items(self, items: Sequence[Block | CucaError]) -> None:
         self.plugin.timed(lambda: self.inner.on_items(items))
 
-    def on_end(self, end: TurnEnd) -> None:
+    def on_end(self, end: TurnOutcome) -> None:
         self.plugin.timed(lambda: self.inner.on_end(end))
 
 
