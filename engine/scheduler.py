@@ -104,6 +104,8 @@ class Turn:
         self.chunk = 0  # prompt tokens it added to the current step
         self.sampler: Sampler | None = None
         self.placement: Placement | None = None
+        # ended (its sink finished), its last sampled token still to be evaluated
+        self.trailing = False
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     @property
@@ -208,7 +210,7 @@ class Scheduler:
             raise
 
     def _retire_stopped(self) -> None:
-        for turn in [t for t in self._active if t.sink.stopped()]:
+        for turn in [t for t in self._active if t.sink.stopped() and not t.trailing]:
             self._finish(turn, "cancelled")
 
     def _end_all(self, error: BaseException | None) -> None:
@@ -275,7 +277,7 @@ class Scheduler:
     def _ready(self, turn: Turn) -> bool:
         """Whether ``turn`` takes part in the next step: it prefills, or its consumer has
         room for another token."""
-        return turn.prefilling or not turn.sink.full()
+        return turn.prefilling or turn.trailing or not turn.sink.full()
 
     def _step(self, ready: list[Turn]) -> None:
         backend = self._backend
@@ -304,7 +306,9 @@ class Scheduler:
                 tokens.append(key(turn.next_token, self._exact))  # generated: alone
                 turn.next_token = None
         for turn in stepping:
-            if turn.row >= 0 and turn in self._active:
+            if turn.trailing:
+                self._release(turn)  # its answer's last token is in its sequence now
+            elif turn.row >= 0 and turn in self._active:
                 self._advance(turn)
 
     def _mixed_rows(self, ready: list[Turn]) -> tuple[list[Row], list[Turn]]:
@@ -415,17 +419,35 @@ class Scheduler:
         turn.count += 1
         piece = b"" if token in prepared.hidden else backend.piece(token)
         turn.sink.token(turn.decoder.decode(piece))
+        full = len(self.table.slots[turn.seq].tokens) >= backend.n_ctx
         if turn.count == limit:
-            self._finish(turn, "length")  # no need to evaluate a token nothing follows
-        elif len(self.table.slots[turn.seq].tokens) >= backend.n_ctx:
+            if full:
+                self._finish(turn, "length")
+            else:
+                self._end_then_evaluate(turn, token)
+        elif full:
             self._finish(turn, "context_length")
         else:
             turn.next_token = token
+
+    def _end_then_evaluate(self, turn: Turn, token: int) -> None:
+        """End a turn cut by ``max_tokens`` now, and evaluate its last token (alone, as
+        generation evaluates every token) at the next step before freeing its sequence:
+        the conversation's next turn, whose prompt carries the whole answer, then finds
+        it all warm instead of spending a step of one row on that token."""
+        turn.sink.finish(TurnEnd(turn.usage(), turn.count, "length"))
+        if turn.sampler is not None:
+            turn.sampler.close()
+            turn.sampler = None
+        turn.next_token, turn.trailing = token, True
 
     def _finish(self, turn: Turn, reason: str) -> None:
         # what the decoder still holds is a character cut in half by the last token (the
         # cap, or the end of generation): dropped, never shown as U+FFFD; its tokens
         # still count in completion_tokens
+        if turn.trailing:  # its sink has its end already
+            self._release(turn)
+            return
         if reason == "cancelled" and self._closing:
             self._fail(turn, _closed())
             return
@@ -434,7 +456,8 @@ class Scheduler:
 
     def _fail(self, turn: Turn, error: BaseException) -> None:
         self._release(turn)
-        turn.sink.finish(error)
+        if not turn.trailing:
+            turn.sink.finish(error)
 
     def _release(self, turn: Turn) -> None:
         if turn.sampler is not None:

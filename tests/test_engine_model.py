@@ -246,6 +246,24 @@ async def test_model_max_tokens_is_met_to_the_token(each: LocalModel) -> None:
         assert usage_of(summary)[3] == limit
 
 
+async def test_model_a_capped_answer_is_whole_in_the_cache(each: LocalModel) -> None:
+    """A turn cut by ``max_tokens`` ends at once; its last token is evaluated after the
+    end, so the sequence holds the prompt and the whole answer and the conversation's
+    next turn reads every token of it (no step of one row for that token)."""
+    model = each
+    request = ask(STORY, max_tokens=6)
+    items, summary = await run_turn(model, request)
+    assert summary is not None and summary.finish_reason == "length"
+    held = len(model.tokenize_prompt(request)) + 6
+    with trio.fail_after(10):
+        while len(model.cached_tokens) < held:
+            await trio.sleep(0.01)
+    assert len(model.cached_tokens) == held
+    follow_up = request.add_assistant_message(text_of(items)).add_user_message("Go on.")
+    _, summary = await run_turn(model, follow_up)
+    assert usage_of(summary)[1] >= held
+
+
 def test_model_max_tokens_zero_is_refused_where_it_is_set() -> None:
     """Every backend takes at least one token: 0 is a ConfigurationError, not a turn."""
     with pytest.raises(ConfigurationError, match="max_tokens must be a positive integer"):
