@@ -281,6 +281,13 @@ class LocalModel:
         return tuple(tuple(token_of(k) for k in slot.tokens) for slot in slots)
 
     @property
+    def busy(self) -> bool:
+        """Whether a turn waits or runs on this model, counting a turn cut by
+        ``max_tokens`` whose last token is evaluated just after its end (then
+        :attr:`cached_tokens` is still about to grow by that token)."""
+        return self._scheduler.busy
+
+    @property
     def peak_concurrency(self) -> int:
         """The most turns that have advanced together in one step since the model was
         loaded."""

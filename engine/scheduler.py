@@ -166,6 +166,12 @@ class Scheduler:
                 return False
             return True
 
+    @property
+    def busy(self) -> bool:
+        """Whether any turn waits or runs (an ended turn's last token included)."""
+        with self._cond:
+            return bool(self._active or self._waiting)
+
     def wake(self) -> None:
         """Something changed for a turn (a consumer caught up, or left)."""
         with self._cond:

@@ -255,9 +255,7 @@ async def test_model_a_capped_answer_is_whole_in_the_cache(each: LocalModel) -> 
     items, summary = await run_turn(model, request)
     assert summary is not None and summary.finish_reason == "length"
     held = len(model.tokenize_prompt(request)) + 6
-    with trio.fail_after(10):
-        while len(model.cached_tokens) < held:
-            await trio.sleep(0.01)
+    await idle(model)
     assert len(model.cached_tokens) == held
     follow_up = request.add_assistant_message(text_of(items)).add_user_message("Go on.")
     _, summary = await run_turn(model, follow_up)
@@ -288,9 +286,17 @@ async def test_model_second_turn_reads_the_first_from_cache(each: LocalModel) ->
 # -- the longest common prefix, with the defaults (seed 000) ------------------------------
 
 
-def longest_shared(model: LocalModel, request: UnifiedRequest) -> int:
+async def idle(model: LocalModel) -> None:
+    """Wait until no turn runs (an ended turn's last token evaluated too)."""
+    with trio.fail_after(10):
+        while model.busy:
+            await trio.sleep(0.01)
+
+
+async def longest_shared(model: LocalModel, request: UnifiedRequest) -> int:
     """What the seed's rule keeps for ``request``: the longest common prefix of the
     cached tokens and the prompt, leaving the last prompt token to prefill."""
+    await idle(model)
     prompt = model.tokenize_prompt(request)
     return min(common_prefix_length(model.cached_tokens, prompt), len(prompt) - 1)
 
@@ -300,7 +306,7 @@ async def test_model_the_same_prompt_again_reuses_all_but_its_last_token() -> No
         request = ask("Tell me about the moon.", max_tokens=20, temperature=0.0)
         items, first = await run_turn(fresh, request)
         assert usage_of(first)[3] == 20
-        shared = longest_shared(fresh, request)
+        shared = await longest_shared(fresh, request)
         again_items, again = await run_turn(fresh, request)
     prompt = usage_of(again)[0]
     assert shared == prompt - 1
@@ -315,7 +321,7 @@ async def test_model_a_prompt_that_diverges_reuses_the_shared_start() -> None:
     first = first.add_user_message("Tell me about the moon.").set_max_tokens(6)
     with load() as fresh:
         await run_turn(fresh, first)
-        shared = longest_shared(fresh, other)
+        shared = await longest_shared(fresh, other)
         warm_items, warm = await run_turn(fresh, other)
     with load() as cold:
         cold_items, _ = await run_turn(cold, other)
@@ -343,7 +349,7 @@ async def test_model_the_turn_after_one_that_reasoned_reuses_the_reasoning() -> 
         items, summary = await run_turn(warm, first)
         assert any(isinstance(item, Thinking) for item in items)
         second = first.add_assistant_message(items).add_user_message("And red sunsets?")
-        shared = longest_shared(warm, second)
+        shared = await longest_shared(warm, second)
         warm_items, warm_summary = await run_turn(warm, second)
     with load(chat_template=THINKING_CHATML) as cold:
         cold_items, _ = await run_turn(cold, second)
