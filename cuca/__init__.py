@@ -100,6 +100,7 @@ if _typing.TYPE_CHECKING:
     from .observers.redaction import RedactRequest as RedactRequest
     from .observers.session_log import LoggedTurn as LoggedTurn
     from .observers.session_log import SessionLog as SessionLog
+    from .partial import PartialObject as PartialObject
     from .plugins import ApprovalEvent as ApprovalEvent
     from .plugins import LoopObserver as LoopObserver
     from .plugins import TurnObserver as TurnObserver
@@ -148,6 +149,7 @@ _LAZY: dict[str, str] = {
     "ArgumentProblem": "cuca.tools.tool",
     "Approval": "cuca.tools.approval",
     "ApprovalEvent": "cuca.plugins",
+    "PartialObject": "cuca.partial",
     "ToolLoopStream": "cuca.tools.loop",
     "Tool": "cuca.tools.tool",
     "ToolFailed": "cuca.tools.tool",

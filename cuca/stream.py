@@ -22,6 +22,7 @@ from .types import (
 )
 
 if TYPE_CHECKING:
+    from cuca.partial import Partials
     from cuca.stages.runner import Puller
 
 __all__ = ["Attempt", "Completion", "ResponseStream", "merge_blocks"]
@@ -144,6 +145,19 @@ class ResponseStream:
         """The turn's terminal record: usage, cache usage, finish reason. ``None`` until
         the stream has ended, and after a turn that ended in an error."""
         return self._response
+
+    def partial(self) -> Partials:
+        """The answer parsed so far, as it arrives, for a request with an output schema:
+        an async iterator over this same stream (its items are consumed) that yields a
+        dict (for a class, a :class:`~cuca.partial.PartialObject`) each time a block
+        completes a value, then the parsed answer (``Completion.parsed``) when it fits.
+        See :mod:`cuca.partial`."""
+        from .partial import Partials
+
+        schema = self._request.output_schema
+        if schema is None:
+            raise ConfigurationError("stream.partial() needs a request with an output schema")
+        return Partials(self, schema)
 
     @property
     def message(self) -> UnifiedMessage:
