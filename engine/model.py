@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import weakref
 from pathlib import Path
 from typing import Protocol
 
@@ -140,6 +141,10 @@ class LocalModel:
         self._guard = PromptGuard(backend.token_text(t) for t in backend.control_ids)
         self._exact = exact
         self._scheduler = Scheduler(backend, exact=exact, state_budget=state_budget)
+        # a model never closed: at exit (or when collected) the engine thread stops
+        # before the context is freed (this finalizer runs before the backend's), or a
+        # step still running, such as a capped turn's last token, would crash the process
+        weakref.finalize(self, self._scheduler.close)
         self._hidden: dict[OutputFormat, frozenset[int]] = {}
 
     @classmethod

@@ -5,6 +5,7 @@ the engine's claims (exact usage, warm == cold, concurrency, cancellation) also 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -260,6 +261,28 @@ async def test_model_a_capped_answer_is_whole_in_the_cache(each: LocalModel) -> 
     follow_up = request.add_assistant_message(text_of(items)).add_user_message("Go on.")
     _, summary = await run_turn(model, follow_up)
     assert usage_of(summary)[1] >= held
+
+
+EXIT_AFTER_A_CAPPED_TURN = """
+import trio
+from cuca import CucaClient, ProviderEndpoint, UnifiedRequest
+from cuca.engine import LocalModel, default_model_path
+model = LocalModel.load(default_model_path(), n_ctx=512, n_threads=1, n_threads_batch=1)
+async def main():
+    request = UnifiedRequest.new("m").add_user_message("Hi").set_max_tokens(3)
+    async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
+        print((await client.generate(request)).response.finish_reason)
+trio.run(main)
+"""
+
+
+def test_model_a_program_that_exits_without_closing_the_model_exits_cleanly() -> None:
+    """The capped turn's last token may still be evaluated when the program ends: the
+    engine thread is stopped before the context is freed (a crash at exit otherwise)."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_AFTER_A_CAPPED_TURN], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "length")
 
 
 def test_model_max_tokens_zero_is_refused_where_it_is_set() -> None:
