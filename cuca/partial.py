@@ -8,6 +8,12 @@ written: an unfinished string, literal or number. A trailing number is held back
 something follows it (``1`` may become ``12``), so every field, once shown, keeps its
 value: each partial is a prefix-consistent view of the final answer.
 
+jiter parses the whole text so far each time, so parsing after every block would cost
+quadratic time in a long answer: up to ``EXACT_UP_TO`` characters every block that may
+complete a value is parsed; past it, the text is parsed again once it has grown by an
+eighth since the last parse (linear in total; a partial then lags by at most an eighth
+of the text). ``tests/benchmarks/bench_partial.py`` measures both.
+
 :class:`Partials` is the async iterator behind ``stream.partial()``: it reads the
 stream's batches, yields a dict (or, for a class, a :class:`PartialObject`) each time
 the value grows, and at the end the parsed answer itself (``Completion.parsed``).
@@ -33,6 +39,8 @@ _MAY_COMPLETE = re.compile(r'[",}\]el\s]')
 """A delta without any of these cannot complete a value (a string's closing quote, a
 separator, a container's end, the last letter of true/false/null, space after a number)."""
 _TRAILING_NUMBER = re.compile(r"[-+0-9.eE]+$")
+EXACT_UP_TO = 2048
+"""Up to this many characters, every block that may complete a value is parsed."""
 
 
 class PartialJson:
@@ -40,6 +48,8 @@ class PartialJson:
 
     def __init__(self) -> None:
         self._pieces: list[str] = []
+        self._size = 0
+        self._parsed_at = 0  # the size of the text at the last parse
         self.value: Any = _NOTHING
 
     @property
@@ -53,8 +63,20 @@ class PartialJson:
         """Add ``piece``; return the value decided so far if it changed, else
         :data:`NOTHING` (also while nothing is decided yet)."""
         self._pieces.append(piece)
+        self._size += len(piece)
         if not _MAY_COMPLETE.search(piece):
             return _NOTHING
+        if self._size > EXACT_UP_TO and self._size < self._parsed_at + self._parsed_at // 8:
+            return _NOTHING  # a long answer: parsed again once it has grown by an eighth
+        return self._parse()
+
+    def end(self) -> Any:
+        """The text is complete: the value of all of it if it changed, else
+        :data:`NOTHING` (a long answer's last blocks may not have been parsed)."""
+        return self._parse() if self._parsed_at < self._size else _NOTHING
+
+    def _parse(self) -> Any:
+        self._parsed_at = self._size
         text = self.text.rstrip()
         if text and text[-1] in "0123456789.eE+-":
             text = _TRAILING_NUMBER.sub("", text)  # the number may go on
@@ -159,6 +181,9 @@ class Partials:
 
     def _finish(self) -> None:
         """The whole answer, parsed as ``Completion.parsed`` is, last (when it fits)."""
+        value = self._parser.end()
+        if value is not _NOTHING:
+            self._push(self._view(value))
         try:
             final = parse_output(self._schema, self._parser.text)
         except OutputValidationError:

@@ -24,6 +24,8 @@ RUNS = [
     ("session log and trace plugin CPU, 20,000 chunks (issue: obs)", ["bench_observers.py"]),
     ("session log: the event loop's longest hold, 200 concurrent turns", ["bench_session_log.py"]),
     ("tool loop CPU per step, 20,000 chunks (issue: tools)", ["bench_tool_loop.py"]),
+    ("tool argument check per call vs jsonschema.validate (issue: guard)", ["bench_tool_guard.py"]),
+    ("stream.partial() per block vs reading plainly (issue: guard)", ["bench_partial.py"]),
     ("MCP tool call vs the SDK's, loop step MCP vs Python tool (issue: mcp)", ["bench_mcp.py"]),
     ("local engine vs llama-cpp-python and llama-server (issue: engine)", ["bench_engine.py"]),
     (
