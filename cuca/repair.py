@@ -63,6 +63,7 @@ def summed(done: Completion, attempts: list[Attempt]) -> Completion:
         done.response,
         usage=sum_usage(r.usage for r in responses),
         prompt_cache_usage=sum_cache_usage(r.prompt_cache_usage for r in responses),
+        counted_usage=sum_usage(r.counted_usage for r in responses),
     )
     errors = tuple(e for e in done.errors if not isinstance(e, OutputValidationError))
     return attrs.evolve(done, response=response, errors=errors, attempts=tuple(attempts))

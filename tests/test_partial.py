@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support.partials import consistent
-from support.wire_replies import FAMILIES, Family
+from support.wire_replies import FAMILIES, TEXT_FAMILIES, Family
 
 from cuca import ConfigurationError, Text, UnifiedRequest
 from cuca.partial import NOTHING, PartialJson, PartialObject, Partials
@@ -128,7 +128,7 @@ REQUEST = UnifiedRequest.new("m").add_user_message("Weather?").set_output_schema
 ANSWER = '{"city": "Paris", "celsius": 18.5, "tags": ["rain", "wind"]}'
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
+@pytest.mark.parametrize("family", TEXT_FAMILIES, ids=[f.name for f in TEXT_FAMILIES])
 async def test_partial_streams_the_answer_as_it_arrives(family: Family) -> None:
     pieces = [ANSWER[i : i + 4] for i in range(0, len(ANSWER), 4)]
     async with open_replay_server([family.text_reply(*pieces)]) as server:

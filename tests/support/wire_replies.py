@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from cuca import CucaClient, CucaPlugin, ProviderEndpoint
+from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
 from cuca.providers.openai_config import OpenAiApi, OpenAiConfig
 from cuca.testing import Reply
 
@@ -186,6 +187,22 @@ def gemini_text(*pieces: str) -> bytes:
     return _sse([(None, frame) for frame in frames])
 
 
+# -- llama.cpp /completion (no tool protocol: text only) -------------------------------
+
+
+def completion_text(*pieces: str) -> bytes:
+    frames: list[tuple[str | None, Any]] = [
+        (None, {"index": 0, "content": piece, "stop": False}) for piece in pieces
+    ]
+    frames.append((None, {"index": 0, "content": "", "stop": True, "tokens_predicted": 5,
+                          "tokens_evaluated": 10}))
+    return _sse(frames)
+
+
+def _no_call(name: str, arguments: Mapping[str, Any], call_id: str) -> bytes:
+    raise AssertionError("llama.cpp's /completion route has no tool protocol")
+
+
 # -- the families -----------------------------------------------------------------------
 
 
@@ -228,3 +245,13 @@ FAMILIES = [
     Family("anthropic", ProviderEndpoint.ANTHROPIC, anthropic_call, anthropic_text),
     Family("gemini", ProviderEndpoint.GOOGLE_GEMINI, gemini_call, gemini_text),
 ]
+
+COMPLETION = Family(
+    "llama_cpp_completion",
+    ProviderEndpoint.LLAMA_CPP,
+    _no_call,
+    completion_text,
+    config=LlamaCppConfig(route=LlamaRoute.COMPLETION),
+)
+TEXT_FAMILIES = [*FAMILIES, COMPLETION]
+"""Every HTTP family, for what needs no tool call (structured answers)."""
