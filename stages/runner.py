@@ -61,25 +61,6 @@ class UpstreamFailed(Exception):
     quietly, without flushing what it holds."""
 
 
-class _Once:
-    """The input of the first unit of a turn: one batch, then the end."""
-
-    def __init__(self, batch: Batch) -> None:
-        self._batch: Batch | None = batch
-
-    def __aiter__(self) -> _Once:
-        return self
-
-    async def __anext__(self) -> Batch:
-        batch, self._batch = self._batch, None
-        if batch is None:
-            raise StopAsyncIteration
-        return batch
-
-    async def aclose(self) -> None:
-        self._batch = None
-
-
 class _Input:
     """The input of a unit from the channel of the unit before it.
 
@@ -386,17 +367,15 @@ def start(
     raised; the caller sets ``state.finished`` once the tasks have ended."""
     units = _units(stages, fused)
     tasks: list[tuple[str, Callable[[], Awaitable[None]]]] = []
-    upstream: Batches = _Once([first])
-    receive: trio.MemoryReceiveChannel[Batch] | None = None
+    first_send, receive = trio.open_memory_channel[Batch](1)
+    first_send.send_nowait([first])
+    first_send.close()
+    upstream: Batches = _Input(receive, state)
     for index, unit in enumerate(units):
         if fused and unit.actor is None and index == len(units) - 1:
             return _background(tasks), Puller(unit.segment(upstream), state)
         send, next_receive = trio.open_memory_channel[Batch](buffer)
         if unit.actor is not None:
-            if receive is None:  # a user stage first: its input is a channel too
-                first_send, receive = trio.open_memory_channel[Batch](1)
-                first_send.send_nowait([first])
-                first_send.close()
             task = partial(_run_actor, unit.actor, receive, send, state)
         else:
             task = partial(_run_segment, unit.segment(upstream), send, state)
