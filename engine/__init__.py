@@ -5,6 +5,10 @@ Load a GGUF model with :meth:`LocalModel.load` and stream from it through
 usable alone: the chat template, the streaming output parser, the prefix-reuse plan.
 """
 
+import atexit as _atexit
+import sys as _sys
+import typing as _typing
+
 from .formats import Capabilities as Capabilities
 from .formats import OutputFormat as OutputFormat
 from .formats import ToolSyntax as ToolSyntax
@@ -36,3 +40,23 @@ __all__ = [
     "default_threads",
     "plan_reuse",
 ]
+
+
+def _close_llama_devnull() -> None:
+    """llama-cpp-python opens ``/dev/null`` twice when it is imported (``llama_cpp._utils``'s
+    ``outnull_file`` and ``errnull_file``) and never closes it: the interpreter then warns
+    ``ResourceWarning: unclosed file <... name='/dev/null'>`` at exit. Close both at exit,
+    before the interpreter finds them open (nothing uses them after)."""
+    for file in _llama_devnull_files():
+        file.close()
+
+
+def _llama_devnull_files() -> list[_typing.Any]:
+    """The two files llama-cpp-python left open, if it was imported (a test checks that
+    nothing else is left open at the end of the suite)."""
+    utils = _sys.modules.get("llama_cpp._utils")
+    files = (getattr(utils, name, None) for name in ("outnull_file", "errnull_file"))
+    return [file for file in files if file is not None and hasattr(file, "close")]
+
+
+_atexit.register(_close_llama_devnull)

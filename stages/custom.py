@@ -35,6 +35,7 @@ def map_items(fn: Callable[[T], T | None]) -> Stage[T, T]:
             if out:
                 await send.send(out)
 
+    mapped.__qualname__ = _name_of(fn, "map_items")  # the stage is named after fn
     return mapped
 
 
@@ -51,4 +52,10 @@ def tap(fn: Callable[[T], Awaitable[None] | None]) -> Stage[T, T]:
                     await result
             await send.send(batch)
 
+    tapped.__qualname__ = _name_of(fn, "tap")
     return tapped
+
+
+def _name_of(fn: object, default: str) -> str:
+    name = getattr(fn, "__qualname__", None)
+    return name if isinstance(name, str) and not name.endswith("<lambda>") else default

