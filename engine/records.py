@@ -56,8 +56,6 @@ class TokenSink(Protocol):
     stop_flag: threading.Event
     """Set when the turn is cancelled (its consumer is gone)."""
 
-    def start(self, start: TurnStart) -> None: ...
-
     def token(self, text: str) -> None:
         """One generated token's text."""
 

@@ -35,7 +35,7 @@ from cuca.types import PromptCacheUsage
 
 from .backend import DECODE_ABORTED, LlamaBackend, Row, Sampler
 from .formats import OutputFormat
-from .records import TokenSink, TurnEnd, TurnStart
+from .records import TokenSink, TurnEnd
 from .rows import alone, key, token_of
 from .sampling import SamplerStep
 from .sequences import Placement, SavedStates, SequenceTable
@@ -252,8 +252,6 @@ class Scheduler:
                 self._fail(turn, exc)
                 continue
             turn.fed = turn.keep
-            prepared = turn.prepared
-            turn.sink.start(TurnStart(prepared.output_format, prepared.thinking_enabled))
 
     def _place(self, turn: Turn, placement: Placement) -> None:
         backend, seq = self._backend, placement.seq_id

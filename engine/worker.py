@@ -108,9 +108,6 @@ class _Relay:
 
     # -- engine thread side ----------------------------------------------------------
 
-    def start(self, start: TurnStart) -> None:
-        """Not needed: the worker made the turn's start record from the prepared turn."""
-
     def token(self, text: str) -> None:
         self._put(text)
 

@@ -676,7 +676,6 @@ class FakeGenerator:
         self._room.set()
 
     def _run(self, sink: TokenSink) -> None:
-        sink.start(TurnStart(OutputFormat(reasoning=None), False))
         for i in range(self.count):
             while sink.full() and not sink.stopped():
                 self._room.wait(0.01)
