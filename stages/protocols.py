@@ -8,7 +8,7 @@ which ``cuca.providers`` re-exports: the one definition of a decoder's contract)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cuca.types import TurnSummary
 
@@ -43,6 +43,7 @@ class Framer(Protocol):
     def close(self) -> list[SseEvent]: ...
 
 
+@runtime_checkable
 class StreamDecoder(Protocol):
     """Turns one response's events into items; one instance per turn.
 
