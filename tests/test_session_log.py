@@ -295,6 +295,17 @@ async def test_session_log_refuses_a_file_that_is_not_a_database(tmp_path: Path)
     assert path.read_text() == "not a database, " * 100  # untouched
 
 
+async def test_session_log_closed_refuses_instead_of_waiting(tmp_path: Path) -> None:
+    """Once closed, no writer thread is left: a new turn's record is refused with a
+    ``ConfigurationError`` naming the file, and reading neither waits for it nor hangs."""
+    log = SessionLog(tmp_path / "log.db")
+    log.close()
+    with pytest.raises(ConfigurationError, match=r"cannot write the session log .*closed"):
+        log.observe(UnifiedRequest.new("m").add_user_message("hi"))
+    with trio.fail_after(10):
+        await trio.to_thread.run_sync(log.flush, abandon_on_cancel=True)
+
+
 async def test_session_log_and_traces_on_a_local_engine_turn(tmp_path: Path) -> None:
     """The in-process engine has no transport: no raw bytes, everything else is logged,
     its exact usage included; no price for a model on your own hardware."""

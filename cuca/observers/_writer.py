@@ -36,13 +36,18 @@ class Writer:
         self._thread.start()
 
     def put(self, job: Job) -> None:
-        """Queue ``job``; it runs after every job queued before it."""
+        """Queue ``job``; it runs after every job queued before it. Once the writer is
+        closed, ``sqlite3.ProgrammingError``: no thread is left to run it."""
         self._raise()
+        if not self._thread.is_alive():
+            raise sqlite3.ProgrammingError("the session log is closed")
         self._jobs.put(job)
 
     def flush(self) -> None:
-        """Wait until every job queued so far is committed."""
-        self._jobs.join()
+        """Wait until every job queued so far is committed (at once once closed: close
+        wrote them all)."""
+        if self._thread.is_alive():
+            self._jobs.join()
         self._raise()
 
     def close(self) -> None:
