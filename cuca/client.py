@@ -186,7 +186,7 @@ class CucaClient:
     ``timeout`` is a :class:`Timeouts`, a number of seconds for every operation, or
     ``None`` (no timeout, the default). ``local_model`` is required for
     ``ProviderEndpoint.LOCAL``. ``retry`` is the :class:`RetryPolicy` for failures
-    before the first byte of a response body (2 retries by default).
+    before the first item of an answer (2 retries by default; docs/timeouts.md).
 
     ``base_url`` may be a list: a pool of servers serving the same model, each turn
     sent to the one with the fewest turns in flight, a failing one ejected for a
@@ -369,15 +369,22 @@ class CucaClient:
     def _http_stages(
         self, retry: RetryPolicy, headers: Mapping[str, str]
     ) -> dict[Point[Any, Any], Any]:
-        from cuca.stages.http import decode_stage, encode_stage, sse_stage, transport_stage
+        from cuca.stages.http import (
+            decode_stage,
+            encode_stage,
+            openings,
+            sse_stage,
+            transport_stage,
+        )
         from cuca.stages.points import DECODE, ENCODE, SSE_PARSE, TRANSPORT
 
         adapter = self.adapter()
         http = self._http_client()
+        opening = openings(adapter.new_framer, adapter.new_decoder)
         return {
             **self._hook_stages(),
             ENCODE: encode_stage(_encoder(adapter.encode, headers)),
-            TRANSPORT: transport_stage(http, adapter.status_error, retry),
+            TRANSPORT: transport_stage(http, adapter.status_error, retry, opening),
             SSE_PARSE: sse_stage(adapter.new_framer),
             DECODE: decode_stage(adapter.new_decoder, self.base_url),
         }

@@ -1,8 +1,12 @@
 """When and how long to wait before sending a failed request again.
 
-Only failures before the first byte of the response body are retried: a connection
-that could not be made, or a status that says "try again" (408, 409, 429, 5xx). Once a
-body has started streaming, nothing is retried, so no block is ever yielded twice.
+What is retried is what the server did not answer, or answered "try again": a
+connection that could not be made, a status that says so (408, 409, 429, 5xx), and the
+same kinds reported inside a 200 stream before anything of the answer (Anthropic's
+``overloaded_error`` event, an OpenAI error frame: :meth:`RetryPolicy.resend_delay`).
+Once an item of the answer exists, nothing is retried, so no block is ever yielded
+twice; a request the server may be answering (a read timeout, a connection dropped
+before the status line) is never sent again.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from contextlib import contextmanager
 import attrs
 
 from ._checks import of_type, real_in
+from .errors import HttpStatusError, RateLimitError
 
 __all__ = ["RetryPolicy", "connect_retries", "refused_moves_on"]
 
@@ -50,6 +55,24 @@ class RetryPolicy:
 
     def retries_status(self, status: int) -> bool:
         return status in self.statuses
+
+    def resend_delay(self, error: BaseException | None, attempt: int) -> float | None:
+        """Seconds to wait before sending a turn again as retry number ``attempt`` (0 for
+        the first), after its answer failed inside the stream with ``error`` before its
+        first item; ``None`` when it is not sent again.
+
+        The error the server reported in the stream is treated as its status would be
+        (``overloaded_error`` as a 529, ``rate_limit_error`` as a 429): sent again when
+        :meth:`retries_status` says so and retries are left, after the backoff or the
+        wait the error asked for (``RateLimitError.retry_after``, within
+        ``max_retry_after``). Any other error (a bad request in the stream, a malformed
+        frame, a cut body) is not."""
+        if attempt >= self.max_retries or not isinstance(error, HttpStatusError):
+            return None
+        if not error.in_stream or not self.retries_status(error.status):
+            return None
+        hint = error.retry_after if isinstance(error, RateLimitError) else None
+        return self.delay(attempt, None if hint is None else str(hint))
 
     def delay(
         self, attempt: int, retry_after: str | None = None, now: float | None = None

@@ -30,11 +30,12 @@ from cuca.turn import EndOfTurn
 from cuca.types import UnifiedRequest
 
 from .items import EncodedRequest, ResponseHead
+from .opening import Opening
 from .protocols import Framer, StreamDecoder, WireRequest
 from .sse import SseEvent
 from .stage import Source, Transform, Transformer
 
-__all__ = ["decode_stage", "encode_stage", "sse_stage", "transport_stage"]
+__all__ = ["decode_stage", "encode_stage", "openings", "sse_stage", "transport_stage"]
 
 StatusError = Callable[[int, str, "float | None"], HttpStatusError]
 """The adapter's error boundary: status, body and ``Retry-After`` seconds in, the
@@ -57,16 +58,25 @@ def transport_stage(
     http: httpx.AsyncClient,
     status_error: StatusError,
     retry: RetryPolicy | None = None,
+    opening: Callable[[ResponseHead], Opening] | None = None,
 ) -> Source[EncodedRequest, ResponseHead | bytes]:
     """Send each request; produce a :class:`ResponseHead`, then the body, one batch per
     network read (a source: see :mod:`cuca.stages.stage`).
 
-    Failures before the first body byte (connection errors, 408/409/429/5xx) are
+    Failures before the response body (connection errors, 408/409/429/5xx) are
     retried per ``retry``; a non-2xx status that is not retried (or retried too often)
     raises the :class:`~cuca.errors.HttpStatusError` the adapter's ``status_error`` makes
     of it (its kind, the body, the vendor's own message, a context overflow); httpx
     failures become the :class:`TransportError` of their kind (``ConnectError``,
     ``ReadTimeout``, ``StreamIncomplete`` for a body cut short).
+
+    With ``opening`` (the adapter's framer and decoder for a head: :func:`openings`),
+    a 200 whose stream fails before its first item with an error the policy retries
+    as a status (an in-stream overload or rate limit) is sent again too: the head and
+    the first reads are held back until the :class:`Opening` has decided, and an
+    attempt sent again is never passed on. Every retry of a request, for a status or in
+    the stream, counts against the same ``max_retries``.
+
     The response is closed when the body ends, when the reader stops early (the decoder
     saw the end marker, an error, a cancellation: the iterator is closed) and on error.
     Closed early, it hangs up first and then runs httpx's body iterator to its end (it
@@ -79,21 +89,71 @@ def transport_stage(
         batch: Sequence[EncodedRequest],
     ) -> AsyncGenerator[Sequence[ResponseHead | bytes], None]:
         for encoded in batch:
-            response = await _open(http, encoded.http, status_error, policy)
-            url = encoded.http.url
-            chunks = cast(AsyncGenerator[bytes, None], _body(response))
-            try:
-                headers = tuple(response.headers.multi_items())
-                yield [ResponseHead(encoded.request, response.status_code, headers)]
-                async for chunk in chunks:
-                    yield [chunk]
-            except httpx.HTTPError as exc:
-                raise _transport_error(exc, url, streaming=True) from exc
-            finally:
-                await response.aclose()
-                await _run_out(chunks)
+            attempt = 0
+            while True:
+                response, attempt = await _open(
+                    http, encoded.http, status_error, policy, attempt
+                )
+                url = encoded.http.url
+                chunks = cast(AsyncGenerator[bytes, None], _body(response))
+                wait: float | None = None
+                try:
+                    headers = tuple(response.headers.multi_items())
+                    head = ResponseHead(encoded.request, response.status_code, headers)
+                    held: list[bytes] = []
+                    ended, failure = False, None
+                    if opening is not None and attempt < policy.max_retries:
+                        probe = opening(head)
+                        ended, failure = await _hold(chunks, probe, held)
+                        if failure is None:
+                            wait = policy.resend_delay(probe.error, attempt)
+                    if wait is None:  # this attempt is the answer
+                        yield [head]
+                        for chunk in held:
+                            yield [chunk]
+                        if failure is not None:
+                            raise failure
+                        if not ended:
+                            async for chunk in chunks:
+                                yield [chunk]
+                except httpx.HTTPError as exc:
+                    raise _transport_error(exc, url, streaming=True) from exc
+                finally:
+                    await response.aclose()
+                    await _run_out(chunks)
+                if wait is None:
+                    break
+                await trio.sleep(wait)  # the failed attempt is closed: nothing is left open
+                attempt += 1
 
     return Source(transport)
+
+
+async def _hold(
+    chunks: AsyncGenerator[bytes, None], probe: Opening, held: list[bytes]
+) -> tuple[bool, httpx.HTTPError | None]:
+    """Read the body into ``held`` until ``probe`` has decided: whether the body ended,
+    and the read error that stopped it (raised once what came before is passed on)."""
+    try:
+        while not probe.decided:
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                probe.close()
+                return True, None
+            held.append(chunk)
+            probe.feed(chunk)
+    except httpx.HTTPError as exc:
+        return False, exc
+    return False, None
+
+
+def openings(
+    new_framer: Callable[[], Framer], new_decoder: Callable[[UnifiedRequest], StreamDecoder]
+) -> Callable[[ResponseHead], Opening]:
+    """The :class:`Opening` of an answer from the adapter's framer and decoder, built as
+    :func:`sse_stage` and :func:`decode_stage` build theirs (for the transport)."""
+    return lambda head: Opening(new_framer(), new_decoder(_as_answered(head)))
 
 
 async def _run_out(chunks: AsyncGenerator[bytes, None]) -> None:
@@ -123,10 +183,11 @@ async def _open(
     request: WireRequest,
     status_error: StatusError,
     policy: RetryPolicy,
-) -> httpx.Response:
-    """The response to ``request`` once its status is 2xx, retrying what may be retried."""
+    attempt: int = 0,
+) -> tuple[httpx.Response, int]:
+    """The response to ``request`` once its status is 2xx, retrying what may be retried,
+    and the retries used so far (``attempt`` of them before this call)."""
     wire = _build(http, request)
-    attempt = 0
     while True:
         try:
             response = await http.send(wire, stream=True)
@@ -137,7 +198,7 @@ async def _open(
                 continue
             raise _transport_error(exc, request.url) from exc
         if 200 <= response.status_code < 300:
-            return response
+            return response, attempt
         try:
             text = (await response.aread()).decode("utf-8", "replace")
         except httpx.HTTPError as exc:

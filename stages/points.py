@@ -108,7 +108,7 @@ TRANSPORT: Point[EncodedRequest, ResponseHead | bytes] = Point(
     "transport",
     "`EncodedRequest`",
     "a `ResponseHead`, then `bytes`, one batch per network read",
-    "the only socket of the turn (httpx), with retries before the first body byte",
+    "the only socket of the turn (httpx), with retries before the first item",
     (EncodedRequest,),
 )
 SSE_PARSE: Point[ResponseHead | bytes, ResponseHead | SseEvent] = Point(

@@ -41,6 +41,7 @@ SUBMODULES = {
     "sse",
     "hooks",
     "http",
+    "opening",
     "probe",
     "protocols",
     "registry",
