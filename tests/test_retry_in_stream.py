@@ -19,6 +19,8 @@ from cuca import (
     CucaError,
     CucaPlugin,
     HttpStatusError,
+    OpenAiApi,
+    OpenAiConfig,
     ProviderEndpoint,
     RateLimitError,
     ReadTimeout,
@@ -79,6 +81,20 @@ def gemini_error(kind: str) -> bytes:
     return json.dumps({"error": error}).encode()
 
 
+def responses_error(kind: str) -> bytes:
+    failed = transcript("openai_responses/failed").split(b"event: response.failed")[0]
+    error = {"type": "error", "sequence_number": 2, "code": kind, "message": f"{kind} says no"}
+    return failed + sse(error, event="error")
+
+
+def responses_late_error() -> bytes:
+    """The Responses text transcript up to its first text delta, then a server error."""
+    text = transcript("openai_responses/text")
+    cut = text.index(b"\n\n", text.index(b"event: response.output_text.delta")) + 2
+    error = {"type": "error", "sequence_number": 5, "code": "server_error", "message": "no"}
+    return text[:cut] + sse(error, event="error")
+
+
 def llamacpp_error(kind: str) -> bytes:
     code = {"server_error": 500, "unavailable_error": 503, "invalid_request_error": 400}[kind]
     role = {
@@ -101,9 +117,10 @@ class Backend:
     model: str
     overloaded: bytes
     bad_request: bytes
-    answer: str
-    fails_late: str
+    answer: bytes
+    fails_late: bytes
     rate_limited: bytes | None = None
+    config: Any = None
 
 
 BACKENDS = {
@@ -112,8 +129,8 @@ BACKENDS = {
         "claude-sonnet-4-20250514",
         anthropic_error("overloaded_error"),
         anthropic_error("invalid_request_error"),
-        "anthropic/text",
-        "anthropic/error",
+        transcript("anthropic/text"),
+        transcript("anthropic/error"),
         anthropic_error("rate_limit_error"),
     ),
     "openai": Backend(
@@ -121,8 +138,8 @@ BACKENDS = {
         "gpt-4o",
         openai_error("server_error"),
         openai_error("invalid_request_error"),
-        "openai/text",
-        "openai/error",
+        transcript("openai/text"),
+        transcript("openai/error"),
         openai_error("rate_limit_exceeded"),
     ),
     "gemini": Backend(
@@ -130,8 +147,8 @@ BACKENDS = {
         "gemini-2.0-flash",
         gemini_error("UNAVAILABLE"),
         gemini_error("INVALID_ARGUMENT"),
-        "gemini/text_signature",
-        "gemini/raw_error",
+        transcript("gemini/text_signature"),
+        transcript("gemini/raw_error"),
         gemini_error("RESOURCE_EXHAUSTED"),
     ),
     "llama_cpp": Backend(
@@ -139,8 +156,18 @@ BACKENDS = {
         "qwen3",
         llamacpp_error("unavailable_error"),
         llamacpp_error("invalid_request_error"),
-        "llama_cpp/chat_text",
-        "llama_cpp/chat_error",
+        transcript("llama_cpp/chat_text"),
+        transcript("llama_cpp/chat_error"),
+    ),
+    "openai_responses": Backend(
+        ProviderEndpoint.OPENAI,
+        "gpt-5",
+        transcript("openai_responses/failed"),
+        responses_error("invalid_request_error"),
+        transcript("openai_responses/text"),
+        responses_late_error(),
+        transcript("openai_responses/error"),
+        OpenAiConfig(api=OpenAiApi.RESPONSES),
     ),
 }
 
@@ -150,7 +177,8 @@ def no_jitter(max_retries: int = 2) -> RetryPolicy:
 
 
 def client_for(backend: Backend, url: str, **kwargs: Any) -> CucaClient:
-    return CucaClient(backend.provider, base_url=url, api_key="k", **kwargs)
+    config = backend.config
+    return CucaClient(backend.provider, base_url=url, api_key="k", provider_config=config, **kwargs)
 
 
 def request_for(backend: Backend) -> UnifiedRequest:
@@ -175,7 +203,7 @@ async def run(
 
 async def clean_turn(backend: Backend) -> tuple[list[Any], UnifiedResponse | None]:
     """The answer alone, sent once: what the consumer must see after a resend."""
-    async with open_replay_server(Reply(transcript(backend.answer))) as server:
+    async with open_replay_server(Reply(backend.answer)) as server:
         async with client_for(backend, server.url) as client:
             items, response, error = await run(client, request_for(backend))
     assert error is None
@@ -261,7 +289,7 @@ async def test_retry_in_stream_overload_before_any_block_is_sent_again(
     items and response as a clean turn), after one backoff; the server got 2 requests."""
     backend = BACKENDS[name]
     expected_items, expected_response = await clean_turn(backend)
-    replies = [Reply(backend.overloaded), Reply(transcript(backend.answer))]
+    replies = [Reply(backend.overloaded), Reply(backend.answer)]
     async with open_replay_server(replies) as server:
         async with client_for(backend, server.url, retry=no_jitter()) as client:
             start = trio.current_time()
@@ -283,7 +311,7 @@ async def test_retry_in_stream_rate_limit_before_any_block_is_sent_again(
     backend = BACKENDS[name]
     assert backend.rate_limited is not None
     expected_items, _ = await clean_turn(backend)
-    replies = [Reply(backend.rate_limited), Reply(transcript(backend.answer))]
+    replies = [Reply(backend.rate_limited), Reply(backend.answer)]
     async with open_replay_server(replies) as server:
         async with client_for(backend, server.url, retry=no_jitter()) as client:
             items, response, error = await run(client, request_for(backend))
@@ -332,7 +360,7 @@ async def test_retry_in_stream_error_after_a_block_is_never_sent_again(
     """The error comes after the first block (its transcript): the user sees the blocks
     that came, then the error; the server got exactly one request."""
     backend = BACKENDS[name]
-    async with open_replay_server(Reply(transcript(backend.fails_late))) as server:
+    async with open_replay_server(Reply(backend.fails_late)) as server:
         async with client_for(backend, server.url, retry=no_jitter()) as client:
             items, response, error = await run(client, request_for(backend), fused)
         assert len(server.requests) == 1
@@ -344,7 +372,7 @@ async def test_retry_in_stream_error_after_a_block_is_never_sent_again(
 async def test_retry_in_stream_bad_request_is_never_sent_again(name: str) -> None:
     """An invalid-request kind in the stream is a 400: raised at once, one request."""
     backend = BACKENDS[name]
-    replies = [Reply(backend.bad_request), Reply(transcript(backend.answer))]
+    replies = [Reply(backend.bad_request), Reply(backend.answer)]
     async with open_replay_server(replies) as server:
         async with client_for(backend, server.url, retry=no_jitter()) as client:
             items, _, error = await run(client, request_for(backend))
@@ -357,7 +385,7 @@ async def test_retry_in_stream_bad_request_is_never_sent_again(name: str) -> Non
 async def test_retry_in_stream_never_policy_sends_once(name: str) -> None:
     """RetryPolicy.never(): the overload is raised at once, one request."""
     backend = BACKENDS[name]
-    replies = [Reply(backend.overloaded), Reply(transcript(backend.answer))]
+    replies = [Reply(backend.overloaded), Reply(backend.answer)]
     async with open_replay_server(replies) as server:
         async with client_for(backend, server.url, retry=RetryPolicy.never()) as client:
             items, _, error = await run(client, request_for(backend))
@@ -374,7 +402,7 @@ async def test_retry_in_stream_and_status_retries_share_max_retries(
     replies = [
         Reply(b'{"type":"error","error":{"type":"api_error"}}', status=503, headers=JSON),
         Reply(backend.overloaded),
-        Reply(transcript(backend.answer)),
+        Reply(backend.answer),
     ]
     async with open_replay_server(replies) as server:
         async with client_for(backend, server.url, retry=no_jitter(1)) as client:
@@ -404,7 +432,7 @@ async def test_retry_in_stream_drop_during_the_backoff_is_clean(
     """The consumer leaves during the 10 s backoff: the block ends at once, the failed
     attempt's connection was closed before the wait, and nothing is sent again later."""
     backend = BACKENDS["anthropic"]
-    replies = [Reply(backend.overloaded), Reply(transcript(backend.answer))]
+    replies = [Reply(backend.overloaded), Reply(backend.answer)]
     policy = RetryPolicy(initial_delay=10.0, jitter=0.0)
     async with open_replay_server(replies) as server:
         async with client_for(backend, server.url, retry=policy) as client:
@@ -488,7 +516,7 @@ async def test_retry_in_stream_resend_is_one_turn_for_plugins_observers_and_gate
     again), the gate admitted once and settled once, the observer saw one turn with the
     answer's bytes and items only (a session log of it replays as the answer)."""
     backend = BACKENDS["anthropic"]
-    answer = transcript(backend.answer)
+    answer = backend.answer
     replies = [Reply(backend.overloaded), Reply(answer)]
     watcher = _Watcher()
     async with open_replay_server(replies) as server:

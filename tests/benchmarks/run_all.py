@@ -22,6 +22,10 @@ RUNS = [
     ),
     ("OpenAI-compatible stream, 10,000 chunks (issue: providers)", ["bench_openai_stream.py"]),
     ("session log and trace plugin CPU, 20,000 chunks (issue: obs)", ["bench_observers.py"]),
+    (
+        "reading a turn's opening for an in-stream retry vs not (issue 29)",
+        ["bench_retry_opening.py"],
+    ),
     ("session log: the event loop's longest hold, 200 concurrent turns", ["bench_session_log.py"]),
     ("tool loop CPU per step, 20,000 chunks (issue: tools)", ["bench_tool_loop.py"]),
     ("tool argument check per call vs jsonschema.validate (issue: guard)", ["bench_tool_guard.py"]),
