@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -530,3 +531,81 @@ async def test_retry_in_stream_resend_is_one_turn_for_plugins_observers_and_gate
     assert b"".join(watcher.raw) == answer
     assert watcher.items == items
     assert [end.status for end in watcher.ends] == ["ok"]
+
+
+async def test_retry_in_stream_session_log_and_trace_hold_the_answer_alone(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    """The session log holds one ok turn whose raw bytes are the answer's (replayed, it
+    gives the same blocks), and the trace one span without an error status."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    from cuca import SessionLog
+    from cuca.observers.otel import OtelPlugin
+    from cuca.testing import logged_reply
+
+    backend = BACKENDS["anthropic"]
+    exporter = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(exporter))
+    with SessionLog(tmp_path / "log.db", raw=True) as log:
+        plugins = [log, OtelPlugin(tracer_provider=tracer)]
+        replies = [Reply(backend.overloaded), Reply(backend.answer)]
+        async with open_replay_server(replies) as server:
+            async with client_for(backend, server.url, plugins=plugins) as client:
+                done = await client.generate(request_for(backend))
+            assert len(server.requests) == 2
+        (turn,) = log.turns()
+    assert turn.status == "ok" and turn.error is None
+    assert turn.raw == backend.answer
+    assert turn.blocks == done.blocks
+    async with open_replay_server(logged_reply(turn)) as server:
+        async with client_for(backend, server.url) as client:
+            assert (await client.generate(request_for(backend))).blocks == done.blocks
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.UNSET
+
+
+async def test_retry_in_stream_fallback_resends_within_each_client_first(
+    autojump_clock: object,
+) -> None:
+    """A FallbackClient over a client with one retry whose server is overloaded in the
+    stream: that client sends twice (its own policy), then the next client answers."""
+    from cuca import FallbackClient
+
+    backend = BACKENDS["anthropic"]
+    async with (
+        open_replay_server(Reply(backend.overloaded)) as busy,
+        open_replay_server(Reply(backend.answer)) as live,
+    ):
+        clients = [
+            client_for(backend, busy.url, retry=no_jitter(1)),
+            client_for(backend, live.url, retry=no_jitter(1)),
+        ]
+        async with FallbackClient(clients) as fallback:
+            done = await fallback.generate(request_for(backend))
+        assert (len(busy.requests), len(live.requests)) == (2, 1)
+    assert done.text and done.response.endpoint == live.url
+
+
+async def test_retry_in_stream_pool_moves_to_another_server_without_resending(
+    autojump_clock: object,
+) -> None:
+    """A pool does not resend on the same server: an overload in the stream moves the
+    turn to the other server at once (each server sees one request)."""
+    backend = BACKENDS["anthropic"]
+    async with (
+        open_replay_server(Reply(backend.overloaded)) as busy,
+        open_replay_server(Reply(backend.answer)) as live,
+    ):
+        urls = [busy.url, live.url]
+        async with CucaClient(backend.provider, base_url=urls, api_key="k") as client:
+            start = trio.current_time()
+            for _ in range(2):  # whichever server the pool picks first
+                done = await client.generate(request_for(backend))
+                assert done.response.endpoint == live.url
+            assert trio.current_time() == start  # no backoff was waited
+        assert len(busy.requests) == 1
