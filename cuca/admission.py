@@ -5,8 +5,9 @@ Two small protocols let features outside the core take part in a turn without th
 core knowing them:
 
 - a :class:`TurnGate` (a rate limiter, a budget) admits a turn, possibly after waiting,
-  or refuses it by raising; the :class:`Ticket` it returns sees the response's status
-  and headers and is settled once the turn has ended (``ok``, ``error`` or
+  or refuses it by raising; the :class:`Ticket` it returns sees the status and headers
+  of every attempt of the request (a 429 the client's retry absorbed too), may hold a
+  resend back, and is settled once the turn has ended (``ok``, ``error`` or
   ``cancelled``): a dropped stream never keeps its permit;
 - a :class:`TurnReplay` (the response cache) may answer a turn from what it kept: the
   stored blocks then flow through the chunk hooks as a stream, and nothing is sent.
@@ -92,7 +93,13 @@ class Ticket(Protocol):
     """A turn's permit from one :class:`TurnGate`."""
 
     async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        """The response's status and headers, as soon as they arrive (HTTP turns)."""
+        """An attempt's status and headers, as soon as they arrive (HTTP turns): each
+        non-2xx answer the transport retries or gives up on, then the 2xx one."""
+        ...
+
+    async def on_resend(self) -> None:
+        """The transport is about to send the request again after a failed attempt;
+        may wait (a rate limiter holds the resend until its pause is over)."""
         ...
 
     async def settle(self, end: TurnOutcome) -> None:
@@ -157,6 +164,16 @@ class TurnAdmission:
         self.blocks: list[Block] = []
         self.clean = True
         self.summary: TurnSummary | None = None
+
+    async def answered(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        """A non-2xx attempt (:class:`cuca.stages.http.Attempts`): to every ticket."""
+        for ticket in self.tickets:
+            await ticket.on_head(status, headers)
+
+    async def resending(self) -> None:
+        """A resend (:class:`cuca.stages.http.Attempts`): every ticket may hold it."""
+        for ticket in self.tickets:
+            await ticket.on_resend()
 
     def insertions(self, http: bool) -> list[Insertion[Any]]:
         from cuca.stages.pipeline import after

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cuca.engine.model import LocalModel
     from cuca.providers.base import HttpRequest, ProviderAdapter
     from cuca.routing.pool import Pool, PoolPolicy
+    from cuca.stages.http import Attempts
     from cuca.stages.pipeline import Insertion, Pipeline
     from cuca.stages.points import Point
     from cuca.tools.loop import ToolLoopOptions, ToolLoopStream
@@ -337,10 +338,12 @@ class CucaClient:
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
+        attempts: Attempts | None = None,
     ) -> Pipeline:
         """The pipeline of one turn: a stage for each point of the HTTP or the local
         table (:mod:`cuca.stages.points`), plus the user's insertions. ``headers`` are
-        the turn's own extra headers, over the client's."""
+        the turn's own extra headers, over the client's; ``attempts`` sees every
+        attempt of the request (the turn's gates)."""
         from cuca.stages.pipeline import NamedStage, Pipeline
         from cuca.stages.points import HTTP_PIPELINE, LOCAL_PIPELINE
 
@@ -353,7 +356,8 @@ class CucaClient:
             table, built = LOCAL_PIPELINE, self._local_stages()
         else:
             extra = _merged_headers(self.headers, _checked_headers(headers, self.provider))
-            table, built = HTTP_PIPELINE, self._http_stages(retry or self.retry, extra)
+            built = self._http_stages(retry or self.retry, extra, attempts)
+            table = HTTP_PIPELINE
         stages_ = [NamedStage(point.name, built[point]) for point in table]
         return Pipeline(stages_).extended([*self.stages, *stages])
 
@@ -367,7 +371,7 @@ class CucaClient:
         }
 
     def _http_stages(
-        self, retry: RetryPolicy, headers: Mapping[str, str]
+        self, retry: RetryPolicy, headers: Mapping[str, str], attempts: Attempts | None = None
     ) -> dict[Point[Any, Any], Any]:
         from cuca.stages.http import (
             decode_stage,
@@ -384,7 +388,7 @@ class CucaClient:
         return {
             **self._hook_stages(),
             ENCODE: encode_stage(_encoder(adapter.encode, headers)),
-            TRANSPORT: transport_stage(http, adapter.status_error, retry, opening),
+            TRANSPORT: transport_stage(http, adapter.status_error, retry, opening, attempts),
             SSE_PARSE: sse_stage(adapter.new_framer),
             DECODE: decode_stage(adapter.new_decoder, self.base_url),
         }
@@ -438,7 +442,8 @@ class CucaClient:
         if admission is not None:
             http = self.provider != ProviderEndpoint.LOCAL
             stages = (*stages, *admission.insertions(http))
-        pipeline, watch = watched(self.pipeline(stages, retry, headers), self.plugins, request)
+        built = self.pipeline(stages, retry, headers, admission)
+        pipeline, watch = watched(built, self.plugins, request)
         fused = self.fused if fused is None else fused
         background, puller = pipeline.start(state, request, fused=fused)
         deadline = None

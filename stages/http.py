@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import attrs
 import httpx
@@ -35,11 +35,33 @@ from .protocols import Framer, StreamDecoder, WireRequest
 from .sse import SseEvent
 from .stage import Source, Transform, Transformer
 
-__all__ = ["decode_stage", "encode_stage", "openings", "sse_stage", "transport_stage"]
+__all__ = [
+    "Attempts",
+    "decode_stage",
+    "encode_stage",
+    "openings",
+    "sse_stage",
+    "transport_stage",
+]
 
 StatusError = Callable[[int, str, "float | None"], HttpStatusError]
 """The adapter's error boundary: status, body and ``Retry-After`` seconds in, the
 :class:`~cuca.errors.HttpStatusError` of the vendor's kind out."""
+
+
+class Attempts(Protocol):
+    """Sees every attempt of a turn's request, not only the one passed on (the client's
+    gates: a rate limiter learns of a 429 the retry absorbed, and holds the resend back)."""
+
+    async def answered(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        """An attempt's answer that is not passed on as the turn's head: a non-2xx
+        status (retried or not), or a 2xx sent again for an error in its stream; told
+        before the wait that follows it."""
+        ...
+
+    async def resending(self) -> None:
+        """The request is about to be sent again (after a failed attempt)."""
+        ...
 
 
 def encode_stage(
@@ -59,6 +81,7 @@ def transport_stage(
     status_error: StatusError,
     retry: RetryPolicy | None = None,
     opening: Callable[[ResponseHead], Opening] | None = None,
+    attempts: Attempts | None = None,
 ) -> Source[EncodedRequest, ResponseHead | bytes]:
     """Send each request; produce a :class:`ResponseHead`, then the body, one batch per
     network read (a source: see :mod:`cuca.stages.stage`).
@@ -82,6 +105,7 @@ def transport_stage(
     Closed early, it hangs up first and then runs httpx's body iterator to its end (it
     ends at once, by an error): every async generator of httpx and httpcore under it
     finishes then, none is left for trio's finalizer to close in a task of its own.
+    ``attempts`` is told of every attempt not passed on, and of every resend.
     """
     policy = retry if retry is not None else RetryPolicy()
 
@@ -92,7 +116,7 @@ def transport_stage(
             attempt = 0
             while True:
                 response, attempt = await _open(
-                    http, encoded.http, status_error, policy, attempt
+                    http, encoded.http, status_error, policy, attempt, attempts
                 )
                 url = encoded.http.url
                 chunks = cast(AsyncGenerator[bytes, None], _body(response))
@@ -123,6 +147,8 @@ def transport_stage(
                     await _run_out(chunks)
                 if wait is None:
                     break
+                if attempts is not None:
+                    await attempts.answered(head.status, head.headers)
                 await trio.sleep(wait)  # the failed attempt is closed: nothing is left open
                 attempt += 1
 
@@ -184,11 +210,14 @@ async def _open(
     status_error: StatusError,
     policy: RetryPolicy,
     attempt: int = 0,
+    attempts: Attempts | None = None,
 ) -> tuple[httpx.Response, int]:
     """The response to ``request`` once its status is 2xx, retrying what may be retried,
     and the retries used so far (``attempt`` of them before this call)."""
     wire = _build(http, request)
     while True:
+        if attempt and attempts is not None:
+            await attempts.resending()
         try:
             response = await http.send(wire, stream=True)
         except httpx.HTTPError as exc:
@@ -206,6 +235,8 @@ async def _open(
         finally:
             await response.aclose()
         status = response.status_code
+        if attempts is not None:
+            await attempts.answered(status, tuple(response.headers.multi_items()))
         retry_after = response.headers.get("retry-after")
         wait = policy.delay(attempt, retry_after)
         if attempt < policy.max_retries and policy.retries_status(status) and wait is not None:

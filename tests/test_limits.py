@@ -238,6 +238,74 @@ async def test_rate_limiter_paused_by_a_429_retry_after() -> None:
     assert waited >= 0.8, f"the turn after the 429 went after {waited:.3f} s"
 
 
+class Arrivals:
+    """A loopback server's answers in order, with the (trio) time each request arrived."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = replies
+        self.times: list[float] = []
+
+    def __call__(self, request: Any) -> Reply:
+        self.times.append(trio.current_time())
+        return self.replies[min(len(self.times), len(self.replies)) - 1]
+
+
+async def paused_until(limiter: RateLimiter) -> float:
+    state = await limiter.store.get(limiter.key) or {}
+    return float(state.get("p", 0.0))
+
+
+async def test_rate_limiter_hears_a_429_the_retry_absorbed(autojump_clock: MockClock) -> None:
+    """Attempt 1 is a 429 with Retry-After: 1, attempt 2 succeeds: the pause holds for a
+    second turn sharing the limiter, started during it (it reaches the server only once
+    the pause is over), though the first turn never failed."""
+    limiter = RateLimiter(clock=trio.current_time)
+    refused = Reply(b'{"error": {"message": "slow down"}}', status=429,
+                    headers=[("retry-after", "1"), ("content-type", "application/json")])
+    server_replies = Arrivals([refused, TEXT, TEXT])
+    policy = RetryPolicy(jitter=0)
+    async with open_replay_server(server_replies) as server:
+        async with client(server.url, limiter, retry=policy) as a, client(server.url, limiter) as b:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(a.generate, REQUEST)
+                with trio.move_on_after(0.5):
+                    while await paused_until(limiter) == 0:
+                        await trio.sleep(0.01)
+                pause_end = await paused_until(limiter)
+                started = trio.current_time()
+                assert started < pause_end, "the second turn must start during the pause"
+                nursery.start_soon(b.generate, REQUEST)
+    refused_at, *later = server_replies.times
+    assert len(server.requests) == 3  # the 429, the resend, the second turn
+    assert pause_end == pytest.approx(refused_at + 1.0, abs=0.05)
+    assert all(t >= pause_end for t in later), (
+        f"a request reached the server at {[t - refused_at for t in later]} s after the "
+        "429, before its Retry-After of 1 s was over"
+    )
+
+
+async def test_rate_limiter_holds_the_resend_until_the_servers_reset(
+    autojump_clock: MockClock,
+) -> None:
+    """A 429 without Retry-After but whose headers say no request remains until a reset
+    in 2 s: the retry's own backoff is 0.5 s, but the resend waits for the reset."""
+    limiter = RateLimiter(clock=trio.current_time)
+    refused = Reply(b'{"error": {"message": "slow down"}}', status=429,
+                    headers=[("content-type", "application/json"),
+                             ("x-ratelimit-remaining-requests", "0"),
+                             ("x-ratelimit-reset-requests", "2s")])
+    server_replies = Arrivals([refused, TEXT])
+    policy = RetryPolicy(initial_delay=0.5, jitter=0)
+    async with open_replay_server(server_replies) as server:
+        async with client(server.url, limiter, retry=policy) as c:
+            await c.generate(REQUEST)
+    refused_at, resent_at = server_replies.times
+    assert len(server.requests) == 2
+    assert resent_at - refused_at >= 2.0, (
+        f"the resend went {resent_at - refused_at:.2f} s after the 429, before the reset in 2 s"
+    )
+
+
 async def test_rate_limiter_refusal_sends_nothing() -> None:
     limiter = RateLimiter(requests_per_minute=1, max_wait=0)
     async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:

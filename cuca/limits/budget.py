@@ -218,6 +218,9 @@ class _Reservation:
     async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
         """Headers say nothing about spending."""
 
+    async def on_resend(self) -> None:
+        """A resend is the same turn: its reservation covers it."""
+
     async def settle(self, end: TurnOutcome) -> None:
         if not self.settled:
             self.settled = True

@@ -52,10 +52,12 @@ class RateLimiter:
     - ``max_waiters``: turns of this process that may wait at once; ``max_wait``:
       seconds a turn may wait. Past either, :class:`~cuca.errors.RateLimitExceeded`.
 
-    The server steers it: a 429 that ended a turn with ``Retry-After``, and the vendors'
-    rate-limit headers saying a limit is used up until its reset, pause every turn that
-    shares the limiter. ``store`` shares it between processes (``SqliteStore``,
-    ``RedisStore``; in memory by default) under ``key``; ``fail_open=True`` admits
+    The server steers it: a 429 with ``Retry-After`` (one the client's retry absorbed
+    too: every attempt's headers reach the limiter), and the vendors' rate-limit
+    headers saying a limit is used up until its reset, pause every turn that shares the
+    limiter; a resend waits for the pause and takes a request's place. ``store``
+    shares it between processes (``SqliteStore``, ``RedisStore``; in memory by
+    default) under ``key``; ``fail_open=True`` admits
     turns when the store is down instead of failing them with
     :class:`~cuca.errors.StoreError`. ``clock`` is the wall clock (``time.time``).
     """
@@ -176,8 +178,12 @@ class RateLimiter:
         return costs
 
     async def _reserve(self, estimate: int) -> None:
-        costs = self._costs(estimate)
         may_wait = self.max_waiters is None or self._waiting < self.max_waiters
+        await self._wait_for(self._costs(estimate), may_wait)
+
+    async def _wait_for(self, costs: dict[Bucket, float], may_wait: bool) -> None:
+        """Reserve ``costs`` (and the server's pause), then wait for the slot; a waiter
+        cancelled gives its place back."""
         now = self.clock()
         reservation: window.Reservation = await self._update(
             lambda old: window.reserve(old, now, costs, self.max_wait, may_wait)
@@ -196,6 +202,17 @@ class RateLimiter:
             raise
         finally:
             self._waiting -= 1
+
+    async def resend(self) -> None:
+        """An admitted turn's request is sent again (the client's retry): it waits for
+        the server's pause like a new turn, and takes a request's place (the server
+        counts it), within ``max_wait``."""
+        costs: dict[Bucket, float] = {} if self.requests is None else {self.requests: 1}
+        try:
+            await self._wait_for(costs, may_wait=True)
+        except StoreError:
+            if not self.fail_open:
+                raise
 
     def _refusal(self, limit: str, wait: float | None, may_wait: bool) -> RateLimitExceeded:
         shown = "an unknown time" if wait is None else f"{wait:.2f} s"
@@ -320,6 +337,10 @@ class _Ticket:
     async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
         if not self.broken:
             await self.limiter.steer(headers)
+
+    async def on_resend(self) -> None:
+        if not self.broken:
+            await self.limiter.resend()
 
     async def settle(self, end: TurnOutcome) -> None:
         if self.settled or self.broken:
