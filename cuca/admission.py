@@ -90,16 +90,15 @@ REPLAY_BATCH = 32
 
 
 class Ticket(Protocol):
-    """A turn's permit from one :class:`TurnGate`."""
+    """A turn's permit from one :class:`TurnGate`.
+
+    A ticket may also have ``async def on_resend(self) -> None``, awaited when the
+    transport is about to send the request again after a failed attempt: it may wait
+    (the rate limiter holds the resend until its pause is over)."""
 
     async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
         """An attempt's status and headers, as soon as they arrive (HTTP turns): each
         non-2xx answer the transport retries or gives up on, then the 2xx one."""
-        ...
-
-    async def on_resend(self) -> None:
-        """The transport is about to send the request again after a failed attempt;
-        may wait (a rate limiter holds the resend until its pause is over)."""
         ...
 
     async def settle(self, end: TurnOutcome) -> None:
@@ -173,7 +172,9 @@ class TurnAdmission:
     async def resending(self) -> None:
         """A resend (:class:`cuca.stages.http.Attempts`): every ticket may hold it."""
         for ticket in self.tickets:
-            await ticket.on_resend()
+            on_resend = getattr(ticket, "on_resend", None)
+            if on_resend is not None:
+                await on_resend()
 
     def insertions(self, http: bool) -> list[Insertion[Any]]:
         from cuca.stages.pipeline import after

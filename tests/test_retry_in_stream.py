@@ -514,7 +514,7 @@ async def test_retry_in_stream_resend_is_one_turn_for_plugins_observers_and_gate
     fused: bool, autojump_clock: object
 ) -> None:
     """A resend is inside the turn: on_request ran once (the hooked request is sent
-    again), the gate admitted once and settled once, the observer saw one turn with the
+    again), the gate admitted once and settled once (it saw each attempt's head), the observer saw one turn with the
     answer's bytes and items only (a session log of it replays as the answer)."""
     backend = BACKENDS["anthropic"]
     answer = backend.answer
@@ -527,7 +527,8 @@ async def test_retry_in_stream_resend_is_one_turn_for_plugins_observers_and_gate
         assert len(server.requests) == 2
     assert error is None and response is not None
     assert watcher.requests == 1
-    assert (watcher.admitted, watcher.heads, watcher.settled) == (1, [200], ["ok"])
+    # the gate hears both attempts' heads (the resent one's rate-limit headers count)
+    assert (watcher.admitted, watcher.heads, watcher.settled) == (1, [200, 200], ["ok"])
     assert b"".join(watcher.raw) == answer
     assert watcher.items == items
     assert [end.status for end in watcher.ends] == ["ok"]
