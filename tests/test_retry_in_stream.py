@@ -514,8 +514,9 @@ async def test_retry_in_stream_resend_is_one_turn_for_plugins_observers_and_gate
     fused: bool, autojump_clock: object
 ) -> None:
     """A resend is inside the turn: on_request ran once (the hooked request is sent
-    again), the gate admitted once and settled once (it saw each attempt's head), the observer saw one turn with the
-    answer's bytes and items only (a session log of it replays as the answer)."""
+    again), the gate admitted once and settled once (it saw each attempt's head), the
+    observer saw one turn with the answer's bytes and items only (a session log of it
+    replays as the answer)."""
     backend = BACKENDS["anthropic"]
     answer = backend.answer
     replies = [Reply(backend.overloaded), Reply(answer)]
