@@ -95,13 +95,13 @@ if _typing.TYPE_CHECKING:
     from .engine import LocalModel as LocalModel
     from .engine import SamplingConfig as SamplingConfig
     from .limits import Budget as Budget
-    from .limits import BudgetWarning as BudgetWarning
     from .limits import RateLimiter as RateLimiter
     from .observers.redaction import RedactRequest as RedactRequest
     from .observers.session_log import LoggedTurn as LoggedTurn
     from .observers.session_log import SessionLog as SessionLog
     from .partial import PartialObject as PartialObject
     from .plugins import ApprovalEvent as ApprovalEvent
+    from .plugins import BudgetWarning as BudgetWarning
     from .plugins import LoopObserver as LoopObserver
     from .plugins import TurnObserver as TurnObserver
     from .plugins import TurnOutcome as TurnOutcome
@@ -133,7 +133,7 @@ _LAZY: dict[str, str] = {
     "unstructure": "cuca.convert",
     "FallbackClient": "cuca.routing.fallback",
     "Budget": "cuca.limits",
-    "BudgetWarning": "cuca.limits",
+    "BudgetWarning": "cuca.plugins",
     "RateLimiter": "cuca.limits",
     "ResponseCache": "cuca.cache",
     "MemoryStore": "cuca.store",

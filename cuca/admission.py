@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from .errors import CucaError
-from .plugins import TurnOutcome
+from .plugins import BudgetWarning, TurnOutcome
 from .turn import EndOfTurn, TurnState
 from .types import Block, TurnSummary, UnifiedRequest
 
@@ -101,8 +101,9 @@ class Ticket(Protocol):
         non-2xx answer the transport retries or gives up on, then the 2xx one."""
         ...
 
-    async def settle(self, end: TurnOutcome) -> None:
-        """Called once when the turn has ended, with how it ended."""
+    async def settle(self, end: TurnOutcome) -> Sequence[BudgetWarning] | None:
+        """Called once when the turn has ended, with how it ended; returns what the
+        turn's observers are to be told (a budget's warnings), or ``None``."""
         ...
 
 
@@ -163,6 +164,9 @@ class TurnAdmission:
         self.blocks: list[Block] = []
         self.clean = True
         self.summary: TurnSummary | None = None
+        self.settled = False
+        self.failure: BaseException | None = None
+        self.warnings: list[BudgetWarning] = []
 
     async def answered(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
         """A non-2xx attempt (:class:`cuca.stages.http.Attempts`): to every ticket."""
@@ -231,10 +235,15 @@ class TurnAdmission:
             await send.send(list(hit.blocks[start : start + REPLAY_BATCH]))
         await send.send([EndOfTurn(request, hit.summary, cached=True)])
 
-    async def settle(self, state: TurnState, stream: ResponseStream) -> BaseException | None:
-        """Settle every ticket and keep a clean live turn; the first failure is returned
-        (the caller raises it when nothing else is being raised). Shielded from a
-        cancellation, within :data:`SETTLE_TIMEOUT`."""
+    async def settle(self, state: TurnState, stream: ResponseStream) -> None:
+        """Settle every ticket and keep a clean live turn, once (the client calls it when
+        the turn has ended, before its observers' ``on_end``, and again when the turn's
+        block is left: a no-op then). The first failure is kept in ``failure`` (the
+        client raises it when nothing else is being raised), the budgets' warnings in
+        ``warnings``. Shielded from a cancellation, within :data:`SETTLE_TIMEOUT`."""
+        if self.settled:
+            return
+        self.settled = True
         response = stream.response
         if state.error is not None:
             end = TurnOutcome("error", error=state.error)
@@ -247,7 +256,7 @@ class TurnAdmission:
             scope.shield = True
             for ticket in self.tickets:
                 try:
-                    await ticket.settle(end)
+                    self.warnings += await ticket.settle(end) or ()
                 except CucaError as exc:
                     failure = failure or exc
             keep = self.replay is not None and self.hit is None and self.clean
@@ -258,7 +267,7 @@ class TurnAdmission:
                     await self.replay.keep(self.request, self.endpoint, replay)
                 except CucaError as exc:
                     failure = failure or exc
-        return failure
+        self.failure = failure
 
 
 @asynccontextmanager

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from cuca.tools.tool import Tool
 
     from .admission import TurnAdmission, TurnGate, TurnReplay
+    from .observe import _Watch
     from .retry import RetryPolicy
 
 __all__ = ["CucaClient", "PendingResponse", "Timeouts"]
@@ -452,7 +453,9 @@ class CucaClient:
             late = DeadlineExceeded(f"timed out: the turn exceeded its {total} s deadline")
             deadline = (trio.current_time() + total, late)
             puller.set_deadline(*deadline)
-        on_end = None if watch is None else partial(watch.finish, state)
+        on_end = None
+        if watch is not None or admission is not None:
+            on_end = partial(_ended, state, admission, watch, lambda: stream)
         stream = ResponseStream(puller, state, request, on_end)
         failed = False
         try:
@@ -467,9 +470,9 @@ class CucaClient:
             raise
         finally:
             if admission is not None:
-                failure = await admission.settle(state, stream)
-                if failure is not None and not failed:
-                    raise failure
+                await admission.settle(state, stream)  # settled at the end already, mostly
+                if admission.failure is not None and not failed:
+                    raise admission.failure
 
     def _admission(self) -> TurnAdmission | None:
         """The gates and the replay of one turn, or ``None`` when the client has none."""
@@ -621,6 +624,21 @@ def _admitters(
             f"rate_limiter must be a cuca.RateLimiter (a TurnGate), not {kind(limiter)}"
         )
     return tuple(gates), replay
+
+
+async def _ended(
+    state: TurnState,
+    admission: TurnAdmission | None,
+    watch: _Watch | None,
+    stream: Callable[[], ResponseStream],
+    cancelled: bool,
+) -> None:
+    """The turn has ended (or its consumer left): settle its gates, then tell its
+    observers the budget warnings their charge crossed and how the turn ended."""
+    if admission is not None:
+        await admission.settle(state, stream())
+    if watch is not None:
+        watch.finish(state, cancelled, admission.warnings if admission is not None else ())
 
 
 async def _run(

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import PluginError
-from .plugins import CucaPlugin, TurnObserver, TurnOutcome, overrides
+from .plugins import BudgetWarning, CucaPlugin, TurnObserver, TurnOutcome, overrides
 from .turn import EndOfTurn, TurnState, split_end
 from .types import UnifiedRequest
 
@@ -69,9 +69,12 @@ class _Watch:
                         raise PluginError.hook_failed(name, "on_compaction", exc) from exc
         return self.observers
 
-    def finish(self, state: TurnState, cancelled: bool) -> None:
-        """Tell every observer how the turn ended (called by the client once every stage
-        has); an observer that fails ends a turn that was not cancelled."""
+    def finish(
+        self, state: TurnState, cancelled: bool, warnings: Sequence[BudgetWarning] = ()
+    ) -> None:
+        """Tell every observer the budget ``warnings`` the turn's charge crossed, then how
+        the turn ended (called by the client once every stage has, and the turn's gates
+        are settled); an observer that fails ends a turn that was not cancelled."""
         if state.error is not None:
             end = TurnOutcome("error", error=state.error)
         elif self.end_of_turn is not None and not cancelled:
@@ -80,6 +83,11 @@ class _Watch:
             end = TurnOutcome("cancelled")
         failure: PluginError | None = None
         for name, observer in self.start(self.request):
+            for warning in warnings:
+                try:
+                    observer.on_budget_warning(warning)
+                except Exception as exc:
+                    failure = failure or PluginError.hook_failed(name, "on_budget_warning", exc)
             try:
                 observer.on_end(end)
             except Exception as exc:

@@ -30,6 +30,7 @@ from .types import (
 
 __all__ = [
     "ApprovalEvent",
+    "BudgetWarning",
     "CucaPlugin",
     "LoopObserver",
     "ToolDone",
@@ -51,6 +52,27 @@ class TurnOutcome:
     error: Exception | None = None
 
 
+@attrs.frozen
+class BudgetWarning:
+    """Spending has crossed ``warn_at`` of a :class:`~cuca.Budget`: ``spent`` of
+    ``limit`` in ``unit`` (``"usd"`` or ``"tokens"``), ``fraction`` = spent / limit.
+    Told once per unit per window, for the turn whose charge crossed it."""
+
+    unit: str
+    spent: float
+    limit: float
+    fraction: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The warning as JSON-ready data (what the session log stores)."""
+        return {
+            "unit": self.unit,
+            "spent": self.spent,
+            "limit": self.limit,
+            "fraction": self.fraction,
+        }
+
+
 class TurnObserver:
     """Watches one turn; every method defaults to doing nothing.
 
@@ -69,6 +91,11 @@ class TurnObserver:
     def on_compaction(self, report: CompactionReport) -> None:
         """Called at the start of a turn whose request a compactor shortened
         (``cuca.Compactor``): what it removed, and the tokens before and after."""
+
+    def on_budget_warning(self, warning: BudgetWarning) -> None:
+        """Called when this turn's charge made a :class:`~cuca.Budget`'s spending cross
+        its ``warn_at`` fraction (once per unit per window, across every process
+        sharing its store), before :meth:`on_end`."""
 
     def on_end(self, end: TurnOutcome) -> None:
         """Called once, whatever happened, before the consumer sees the end of the stream

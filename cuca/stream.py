@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,8 +36,10 @@ class ResponseStream:
 
     The stream pulls its batches from the turn's :class:`~cuca.stages.runner.Puller`: in
     a fused turn, the last stages run in the task that iterates it. ``on_end(cancelled)`` is
-    called once, when the turn has ended, before the consumer sees the end (or when it
-    left early: the client then calls ``_close``).
+    awaited once, when the turn has ended, before the consumer sees the end (or when it
+    left early: the client then calls ``_close``); ``response`` is set by then when the
+    turn ended cleanly (the client settles the turn's gates there, then tells its
+    observers).
     """
 
     def __init__(
@@ -45,7 +47,7 @@ class ResponseStream:
         puller: Puller,
         state: TurnState,
         request: UnifiedRequest,
-        on_end: Callable[[bool], None] | None = None,
+        on_end: Callable[[bool], Awaitable[None]] | None = None,
     ) -> None:
         self._puller = puller
         self._on_end = on_end
@@ -116,20 +118,22 @@ class ResponseStream:
         """The last stage is done, but an upstream one may still fail (a user stage that
         closed its output early): the turn ends when all have."""
         await self._state.finished.wait()
-        self._report_end(cancelled=False)
-        if self._state.error is not None:
+        end = self._end
+        if self._state.error is None and end is not None:
+            self._request, self._response = end.request, end.response()
+        await self._report_end(cancelled=False)
+        if self._state.error is not None:  # a turn that failed, or whose observer did
+            self._response = None
             raise self._state.error from None
-        if self._end is None:
+        if end is None:
             raise PluginError(
                 "pipeline", "the turn ended without its EndOfTurn: a stage dropped it"
             )
-        self._request = self._end.request
-        self._response = self._end.response()
 
-    def _report_end(self, cancelled: bool) -> None:
+    async def _report_end(self, cancelled: bool) -> None:
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
-            on_end(cancelled)
+            await on_end(cancelled)
 
     async def _close(self) -> None:
         """The consumer is done with the turn, at its end or before: close what the last
@@ -138,7 +142,7 @@ class ResponseStream:
         try:
             await self._puller.aclose()
         finally:
-            self._report_end(cancelled=self._end is None)
+            await self._report_end(cancelled=self._end is None)
 
     @property
     def response(self) -> UnifiedResponse | None:

@@ -1,8 +1,10 @@
 """Budget over loopback: reservations keep concurrent turns under the limit, exact costs
-are charged, unpriced models are refused or allowed, warn_at fires once."""
+are charged, unpriced models are refused or allowed, warn_at is told once to the
+crossing turn's observers (the session log, the trace)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +16,13 @@ from cuca import (
     BudgetExceeded,
     BudgetWarning,
     CucaClient,
+    CucaPlugin,
     HttpStatusError,
     ProviderEndpoint,
     RetryPolicy,
+    SqliteStore,
+    TurnObserver,
+    TurnOutcome,
     UnifiedRequest,
 )
 from cuca.testing import Reply, open_replay_server
@@ -144,3 +150,114 @@ async def test_budget_count_tokens_false_uses_the_text_estimate() -> None:
     reservation = await budget.admit(REQUEST, count)
     assert counted == []
     assert reservation.amounts["tokens"] == estimate_tokens(REQUEST) + 64
+
+
+class Events(CucaPlugin):
+    """Records, per turn (numbered from 0 in the order they start), what its observer
+    was told: ``("warning", unit)`` and ``("end", status)``."""
+
+    name = "events"
+
+    def __init__(self) -> None:
+        self.turns: list[list[tuple[str, str]]] = []
+
+    def observe(self, request: UnifiedRequest) -> TurnObserver:
+        seen: list[tuple[str, str]] = []
+        self.turns.append(seen)
+
+        class Watcher(TurnObserver):
+            def on_budget_warning(self, warning: BudgetWarning) -> None:
+                seen.append(("warning", warning.unit))
+
+            def on_end(self, end: TurnOutcome) -> None:
+                seen.append(("end", end.status))
+
+        return Watcher()
+
+
+async def test_budget_warning_reaches_the_crossing_turns_observers_once() -> None:
+    """1163 tokens a turn, a cap of 3600 warned at 0.5: the second turn's charge (2326,
+    65%) crosses; its observer is told once, before its end; the first and third never."""
+    events, told = Events(), []
+    budget = Budget(tokens=3600, warn_at=0.5, on_warn=told.append)
+    async with open_replay_server(TEXT) as server:
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", api_key="k",
+                              plugins=[budget, events]) as c:
+            for _ in range(3):
+                await c.generate(REQUEST)
+    assert events.turns == [
+        [("end", "ok")],
+        [("warning", "tokens"), ("end", "ok")],
+        [("end", "ok")],
+    ]
+    assert [(w.unit, w.spent, w.limit) for w in told] == [("tokens", 2326.0, 3600.0)]
+
+
+async def test_budget_warning_once_across_a_shared_store(tmp_path: Path) -> None:
+    """Two budgets sharing one SQLite store (two processes' worth): the turn that crosses
+    is told, on whichever client; no turn of either is told again in that window."""
+    store = SqliteStore(tmp_path / "shared.db")
+    one, two = Events(), Events()
+    first = Budget(tokens=3600, warn_at=0.5, store=store)
+    second = Budget(tokens=3600, warn_at=0.5, store=store)
+    async with open_replay_server(TEXT) as server:
+        url = f"{server.url}/v1"
+        async with CucaClient(OPENAI, base_url=url, api_key="k", plugins=[first, one]) as a, \
+                CucaClient(OPENAI, base_url=url, api_key="k", plugins=[second, two]) as b:
+            await a.generate(REQUEST)  # 1163: under half
+            await b.generate(REQUEST)  # 2326: crosses, on the second client
+            await a.generate(REQUEST)  # 3489: past it already
+    await store.aclose()
+    assert one.turns == [[("end", "ok")], [("end", "ok")]]
+    assert two.turns == [[("warning", "tokens"), ("end", "ok")]]
+
+
+async def test_budget_warning_of_a_cancelled_turn_before_its_end() -> None:
+    """A turn dropped mid-way is charged its whole reservation; when that crosses, its
+    observer is told before its (cancelled) end, and the spending is exact."""
+    events = Events()
+    async with open_replay_server(SLOW) as server:
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", api_key="k") as plain:
+            prompt = (await plain.count_tokens(REQUEST)).tokens
+        projected = prompt + 64
+        budget = Budget(tokens=int(projected * 1.5), warn_at=0.5)
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", api_key="k",
+                              plugins=[budget, events]) as c:
+            async with c.generate_stream(REQUEST) as stream:
+                async for _ in stream:
+                    break
+    assert events.turns == [[("warning", "tokens"), ("end", "cancelled")]]
+    assert (await budget.spent())["tokens"] == projected
+
+
+async def test_budget_warning_in_the_session_log_and_the_trace(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from cuca import SessionLog
+    from cuca.observers.otel import BUDGET_WARNING_EVENT, OtelPlugin
+
+    exporter = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(exporter))
+    budget = Budget(tokens=3600, warn_at=0.5)
+    with SessionLog(tmp_path / "log.db") as log:
+        plugins = [budget, log, OtelPlugin(tracer_provider=tracer)]
+        async with open_replay_server(TEXT) as server:
+            async with CucaClient(OPENAI, base_url=f"{server.url}/v1", api_key="k",
+                                  plugins=plugins) as c:
+                for _ in range(3):
+                    await c.generate(REQUEST)
+        turns = log.turns()
+    assert [t.budget_warnings for t in turns] == [
+        (),
+        ({"unit": "tokens", "spent": 2326.0, "limit": 3600.0, "fraction": 2326 / 3600},),
+        (),
+    ]
+    spans = sorted(exporter.get_finished_spans(), key=lambda span: span.start_time or 0)
+    events = [[e for e in span.events if e.name == BUDGET_WARNING_EVENT] for span in spans]
+    assert [len(found) for found in events] == [0, 1, 0]
+    attributes = dict(events[1][0].attributes or {})
+    assert attributes == {"cuca.budget.unit": "tokens", "cuca.budget.spent": 2326.0,
+                          "cuca.budget.limit": 3600.0, "cuca.budget.fraction": 2326 / 3600}

@@ -1,7 +1,9 @@
 """Rate limits and budgets: what a turn may spend, admitted before its request goes
 out (see docs/limits.md)."""
 
-from .budget import Budget, BudgetWarning
+from cuca.plugins import BudgetWarning
+
+from .budget import Budget
 from .limiter import RateLimiter
 
 __all__ = ["Budget", "BudgetWarning", "RateLimiter"]

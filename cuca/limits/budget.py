@@ -15,7 +15,7 @@ from cuca._checks import kind
 from cuca.admission import Counter, estimate_tokens, estimated
 from cuca.cost import turn_cost
 from cuca.errors import BudgetExceeded, ConfigurationError
-from cuca.plugins import CucaPlugin, TurnOutcome
+from cuca.plugins import BudgetWarning, CucaPlugin, TurnOutcome
 from cuca.store import MemoryStore, Store
 from cuca.types import TokenUsage, UnifiedRequest
 
@@ -26,17 +26,6 @@ DEFAULT_MAX_TOKENS = 4096
 
 RESERVATION_TTL = 3600.0
 """Seconds after which a reservation left by a process that died is dropped."""
-
-
-@attrs.frozen
-class BudgetWarning:
-    """Spending has crossed ``warn_at`` of the budget: ``spent`` of ``limit`` in
-    ``unit`` (``"usd"`` or ``"tokens"``), ``fraction`` = spent / limit."""
-
-    unit: str
-    spent: float
-    limit: float
-    fraction: float
 
 
 @attrs.frozen
@@ -57,8 +46,10 @@ class Budget(CucaPlugin):
     - ``tokens``: prompt plus completion tokens, projected the same way;
     - ``window``: seconds after which spending starts again from 0 (fixed windows
       aligned on the epoch); ``None``: for ever;
-    - ``warn_at``: ``on_warn(BudgetWarning)`` is called once per window when spending
-      crosses that fraction of a limit;
+    - ``warn_at``: once per window and unit, when spending crosses that fraction of a
+      limit, the observers of the turn whose charge crossed it are told
+      (``TurnObserver.on_budget_warning``: the session log records it, the trace plugin
+      adds a span event), and ``on_warn(BudgetWarning)`` is called when given;
     - ``on_unpriced``: a model without a price is ``"refuse"``d (the default when
       ``usd`` is set) or ``"allow"``ed (counted at 0 dollars).
 
@@ -178,7 +169,7 @@ class Budget(CucaPlugin):
         ident: str,
         reserved: Mapping[str, float],
         end: TurnOutcome,
-    ) -> None:
+    ) -> list[BudgetWarning]:
         charge = self._charge(reserved, end)
         limits, warn_at = self._limits(), self.warn_at
         warnings: list[BudgetWarning] = await self.store.update(
@@ -187,6 +178,7 @@ class Budget(CucaPlugin):
         for warning in warnings:
             if self.on_warn is not None:
                 self.on_warn(warning)
+        return warnings
 
     def _charge(self, reserved: Mapping[str, float], end: TurnOutcome) -> dict[str, float]:
         if end.status == "cancelled":
@@ -221,10 +213,12 @@ class _Reservation:
     async def on_resend(self) -> None:
         """A resend is the same turn: its reservation covers it."""
 
-    async def settle(self, end: TurnOutcome) -> None:
-        if not self.settled:
-            self.settled = True
-            await self.budget._settle(self.key, self.ttl, self.ident, self.amounts, end)
+    async def settle(self, end: TurnOutcome) -> list[BudgetWarning]:
+        """Charge the turn; the warnings its charge crossed (for the turn's observers)."""
+        if self.settled:
+            return []
+        self.settled = True
+        return await self.budget._settle(self.key, self.ttl, self.ident, self.amounts, end)
 
 
 def _state(old: Any) -> dict[str, Any]:

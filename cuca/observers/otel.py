@@ -7,7 +7,9 @@ attributes, and an event when the first block arrived. A tool loop run on the cl
 (``client.run_tools``) becomes an ``invoke_agent`` span with a ``step {n}`` span per step,
 holding that step's turn span and an ``execute_tool {name}`` span per tool call. A call
 that needed approval has the decision on its ``execute_tool`` span: the
-``cuca.tool.approval.*`` attributes and an event (``APPROVAL_EVENT``).
+``cuca.tool.approval.*`` attributes and an event (``APPROVAL_EVENT``). A turn whose
+charge made a ``Budget`` cross its ``warn_at`` has an event on its span
+(``BUDGET_WARNING_EVENT``, with the ``cuca.budget.*`` attributes).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from cuca.errors import CucaError
 from cuca.plugins import (
     ApprovalEvent,
+    BudgetWarning,
     CucaPlugin,
     LoopObserver,
     ToolDone,
@@ -31,13 +34,24 @@ from cuca.plugins import (
 )
 from cuca.types import Block, ToolCall, ToolResult, UnifiedRequest
 
-__all__ = ["APPROVAL_EVENT", "FIRST_BLOCK_EVENT", "OtelPlugin", "provider_name"]
+__all__ = [
+    "APPROVAL_EVENT",
+    "BUDGET_WARNING_EVENT",
+    "FIRST_BLOCK_EVENT",
+    "OtelPlugin",
+    "provider_name",
+]
 
 FIRST_BLOCK_EVENT = "gen_ai.response.first_chunk"
 """The span event recorded when the first block (or error item) of a turn arrived."""
 
 APPROVAL_EVENT = "cuca.tool.approval"
 """The span event recorded on ``execute_tool`` when a call needing approval was decided."""
+
+BUDGET_WARNING_EVENT = "cuca.budget.warning"
+"""The span event recorded on a turn's span when its charge made a budget's spending
+cross ``warn_at`` (attributes ``cuca.budget.unit``, ``.spent``, ``.limit``,
+``.fraction``)."""
 
 _PROVIDER_NAMES = {
     "openai": "openai",
@@ -166,6 +180,10 @@ class _SpanObserver(TurnObserver):
             seconds = time.perf_counter() - self.started
             self.span.set_attribute("gen_ai.response.time_to_first_chunk", seconds)
             self.span.add_event(FIRST_BLOCK_EVENT, {"gen_ai.response.time_to_first_chunk": seconds})
+
+    def on_budget_warning(self, warning: BudgetWarning) -> None:
+        attributes = {f"cuca.budget.{name}": value for name, value in warning.to_dict().items()}
+        self.span.add_event(BUDGET_WARNING_EVENT, attributes)
 
     def on_end(self, end: TurnOutcome) -> None:
         span = self.span

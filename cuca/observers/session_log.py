@@ -11,7 +11,8 @@ lock. A turn is on disk moments after it ends; :meth:`SessionLog.flush` waits fo
 and :meth:`SessionLog.close` writes everything queued. A process killed mid-turn leaves
 every turn it had written intact; its unfinished row reads back as ``interrupted``. A
 tool loop's approval decisions are stored with the turn whose calls they decided
-(``LoggedTurn.approvals``).
+(``LoggedTurn.approvals``), a budget's warnings with the turn whose charge crossed
+them (``LoggedTurn.budget_warnings``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ import attrs
 from cuca.assemble import BlockAssembler
 from cuca.convert import structure, unstructure
 from cuca.errors import ConfigurationError, CucaError
-from cuca.plugins import ApprovalEvent, CucaPlugin, LoopObserver, TurnObserver, TurnOutcome
+from cuca.plugins import (
+    ApprovalEvent,
+    BudgetWarning,
+    CucaPlugin,
+    LoopObserver,
+    TurnObserver,
+    TurnOutcome,
+)
 from cuca.types import Block, PromptCacheUsage, TokenUsage, UnifiedRequest
 
 from ._writer import Writer
@@ -60,13 +68,14 @@ CREATE TABLE IF NOT EXISTS turns (
     first_block_s REAL,
     total_s REAL,
     raw BLOB,
-    approvals TEXT
+    approvals TEXT,
+    budget_warnings TEXT
 )
 """
 
 _COLUMNS = (
     "id, started_at, status, pid, provider, model, request, blocks, errors, error, usage, "
-    "cache_usage, finish_reason, cost, first_block_s, total_s, raw, approvals"
+    "cache_usage, finish_reason, cost, first_block_s, total_s, raw, approvals, budget_warnings"
 )
 
 _STEP: contextvars.ContextVar[list[_Recorder]] = contextvars.ContextVar("cuca_session_log_step")
@@ -85,7 +94,9 @@ class LoggedTurn:
     "message": text}``. ``raw`` is the response body when the log was opened with
     ``raw=True``. ``approvals`` are the decisions on this turn's tool calls when a tool
     loop asked for them (each ``ApprovalEvent.to_dict()``: call id, name, arguments,
-    outcome, by, seconds, reason, edited arguments).
+    outcome, by, seconds, reason, edited arguments). ``budget_warnings`` are the
+    :class:`~cuca.Budget` warnings this turn's charge crossed (each
+    ``BudgetWarning.to_dict()``: unit, spent, limit, fraction).
     """
 
     id: int
@@ -105,6 +116,7 @@ class LoggedTurn:
     total_seconds: float | None = None
     raw: bytes | None = attrs.field(default=None, repr=False)
     approvals: tuple[dict[str, Any], ...] = ()
+    budget_warnings: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The turn as JSON-ready data (``raw`` as text, undecodable bytes escaped)."""
@@ -126,6 +138,7 @@ class LoggedTurn:
             "total_seconds": self.total_seconds,
             "raw": None if self.raw is None else self.raw.decode("utf-8", "backslashreplace"),
             "approvals": list(self.approvals),
+            "budget_warnings": list(self.budget_warnings),
         }
 
 
@@ -153,8 +166,9 @@ class SessionLog(CucaPlugin):
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(turns)")}
-            if "approvals" not in columns:  # a file written before approvals were logged
-                self._db.execute("ALTER TABLE turns ADD COLUMN approvals TEXT")
+            for column in ("approvals", "budget_warnings"):  # a file written before them
+                if column not in columns:
+                    self._db.execute(f"ALTER TABLE turns ADD COLUMN {column} TEXT")
             self._mark_interrupted()
         except sqlite3.Error as exc:
             self._db.close()
@@ -310,6 +324,7 @@ class _Recorder(TurnObserver):
         self.errors: list[dict[str, str]] = []
         self.chunks: list[bytes] = []
         self.approvals: list[dict[str, Any]] = []
+        self.warnings: list[dict[str, Any]] = []
 
     def on_raw(self, chunks: Sequence[bytes]) -> None:
         self.chunks.extend(chunks)
@@ -320,8 +335,12 @@ class _Recorder(TurnObserver):
         self.blocks.feed(items)
         self.errors += [_error_json(item) for item in items if isinstance(item, CucaError)]
 
+    def on_budget_warning(self, warning: BudgetWarning) -> None:
+        self.warnings.append(warning.to_dict())
+
     def on_end(self, end: TurnOutcome) -> None:
         assembler, errors, chunks = self.blocks, self.errors, self.chunks
+        warnings = self.warnings
         first, total = self.first, time.perf_counter() - self.started
 
         def values() -> dict[str, Any]:
@@ -345,6 +364,8 @@ class _Recorder(TurnObserver):
                 row["cost"] = None if cost is None else f"{cost:f}"
             if chunks:  # only with raw=True, on HTTP turns that received a body
                 row["raw"] = b"".join(chunks)
+            if warnings:
+                row["budget_warnings"] = json.dumps(warnings)
             return row
 
         self.log._finish(self, values)
@@ -376,7 +397,7 @@ def _loads(text: str | None, cls: Any) -> Any:
 
 def _turn(row: Sequence[Any]) -> LoggedTurn:
     (turn_id, started, status, pid, provider, model, request, blocks, errors, error,
-     usage, cache, finish, cost, first, total, raw, approvals) = row  # fmt: skip
+     usage, cache, finish, cost, first, total, raw, approvals, warnings) = row  # fmt: skip
     if status == "running" and not _alive(pid):
         status = "interrupted"
     return LoggedTurn(
@@ -397,4 +418,5 @@ def _turn(row: Sequence[Any]) -> LoggedTurn:
         total_seconds=total,
         raw=raw,
         approvals=tuple(json.loads(approvals)) if approvals else (),
+        budget_warnings=tuple(json.loads(warnings)) if warnings else (),
     )
