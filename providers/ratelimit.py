@@ -5,7 +5,8 @@ OpenAI-style servers (OpenAI, vLLM, DeepSeek and others that copy them) send
 as a duration (``"1s"``, ``"6m0s"``, ``"20ms"``); Anthropic sends
 ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}``
 with the reset as an RFC 3339 time. A limit whose remaining count is 0 pauses the
-limiter until its reset; ``Retry-After`` (seconds or an HTTP date) pauses it too.
+limiter until its reset; ``Retry-After`` (seconds or an HTTP date) pauses it too; a
+count above 0 with its reset paces the limiter (the next turns spread until the reset).
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 class RateLimitHint:
     """What a response's headers say: ``pause`` is how long, in seconds, every turn
     sharing the limiter should wait (``None``: no need); ``remaining`` maps a limit
-    (``"requests"``, ``"tokens"``, ...) to what is left of it."""
+    (``"requests"``, ``"tokens"``, ...) to what is left of it, ``resets`` to the
+    seconds until it is whole again (when the headers say)."""
 
     pause: float | None
     remaining: dict[str, int] = attrs.field(factory=dict)
+    resets: dict[str, float] = attrs.field(factory=dict)
 
 
 def rate_limit_hint(
@@ -44,6 +47,7 @@ def rate_limit_hint(
     lowered = {name.lower(): value for name, value in headers}
     current = time.time() if now is None else now
     remaining: dict[str, int] = {}
+    resets: dict[str, float] = {}
     pauses: list[float] = []
     for limit in _LIMITS:
         for left_name, reset_name, reset in (
@@ -59,6 +63,8 @@ def rate_limit_hint(
                 continue
             remaining[limit] = left
             wait = reset(lowered.get(reset_name, ""))
+            if wait is not None:
+                resets[limit] = wait
             if left <= 0 and wait is not None:
                 pauses.append(wait)
     retry_after = parse_retry_after(lowered.get("retry-after"), current)
@@ -66,7 +72,7 @@ def rate_limit_hint(
         pauses.append(retry_after)
     if not remaining and not pauses:
         return None
-    return RateLimitHint(max(pauses) if pauses else None, remaining)
+    return RateLimitHint(max(pauses) if pauses else None, remaining, resets)
 
 
 def parse_duration(text: str) -> float | None:

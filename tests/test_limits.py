@@ -17,6 +17,7 @@ from trio.testing import MockClock
 from cuca import (
     CucaClient,
     FallbackClient,
+    MemoryStore,
     ProviderEndpoint,
     RateLimiter,
     RateLimitError,
@@ -421,3 +422,183 @@ def test_window_slots_never_closer_than_the_interval(gaps: list[float], rpm: int
     for earlier, later in itertools.pairwise(slots):
         assert later - earlier >= bucket.interval - 1e-9
     assert slots[0] == 1000.0 + gaps[0]  # the first never waits
+
+
+def test_window_pace_spreads_what_remains_until_the_reset() -> None:
+    """4 requests remain until a reset in 8 s: the next turns go 2 s apart, at most 4
+    before the reset; after it, only the configured rate (here none) spaces them."""
+    state = window.pace(None, 100.0, "requests", 4, 8.0)
+    slots = []
+    for _ in range(6):
+        state, reservation = window.reserve(state, 100.0, {}, None, server={"requests": 1})
+        slots.append(100.0 + reservation.wait)
+    assert slots == [100.0, 102.0, 104.0, 106.0, 108.0, 108.0]
+    _, after = window.reserve(state, 108.5, {}, None, server={"requests": 1})
+    assert after.wait == 0  # past the reset: the pacing is gone
+
+
+def test_window_pace_counts_the_turns_already_queued() -> None:
+    """Three turns already wait (a configured 60/min); the server then says 3 remain
+    until a reset in 9 s: those three are what remains, the fourth waits for the reset."""
+    bucket = window.Bucket("requests_per_minute", 60, 1)
+    state: Any = None
+    for _ in range(4):
+        state, _ = window.reserve(state, 100.0, {bucket: 1}, None, server={"requests": 1})
+    # slots 100, 101, 102, 103 taken; the one at 100 has gone: 3 queued at 100.0+
+    state = window.pace(state, 100.5, "requests", 3, 9.0)
+    _, fifth = window.reserve(state, 100.5, {bucket: 1}, None, server={"requests": 1})
+    assert 100.5 + fifth.wait >= 109.5 - 1e-9
+
+
+def test_window_hold_keeps_a_waiter_behind_a_later_pause() -> None:
+    state, _ = window.reserve(None, 100.0, {}, None, server={"requests": 1})
+    state = window.pause(state, 105.0, None)
+    state, held = window.hold(state, 100.0, 100.0, {"requests": 1})
+    assert held == 105.0
+    _, free = window.hold(state, 105.0, 105.0, {"requests": 1})
+    assert free is None
+
+
+turn_events = st.tuples(st.just("turn"), st.floats(0, 2), st.just(0), st.just(0.0))
+header_events = st.tuples(
+    st.just("header"), st.floats(0, 2), st.integers(0, 12), st.floats(0.05, 20)
+)
+
+
+@given(
+    events=st.lists(st.one_of(turn_events, header_events), min_size=1, max_size=60),
+    rpm=st.sampled_from([None, 60, 600]),
+)
+def test_window_pacing_never_sends_more_than_the_server_said_remain(
+    events: list[tuple[str, float, int, float]], rpm: int | None
+) -> None:
+    """Whatever the headers (n remaining until a reset t away; n = 0 pauses) and the
+    arrival of turns: from each header until its reset (or the next header), the turns
+    admitted after it that go out number no more than it said remain, less the turns
+    admitted before it that had not gone yet (those keep their slots; a waiter whose
+    slot comes during a pause waits for its end: ``hold``, as the limiter does)."""
+    import heapq
+
+    bucket = None if rpm is None else window.Bucket("requests_per_minute", rpm, 1)
+    costs = {} if bucket is None else {bucket: 1}
+    server = {"requests": 1.0}
+    state: Any = None
+    now = 1000.0
+    headers: list[tuple[float, int, float, int]] = []  # at, left, reset time, turns before
+    sent: dict[int, float] = {}
+    wakes: list[tuple[float, int, float]] = []  # when, turn, its slot
+
+    def wake_until(limit: float) -> None:
+        nonlocal state
+        while wakes and wakes[0][0] <= limit:
+            when, turn, slot = heapq.heappop(wakes)
+            state, held = window.hold(state, when, slot, server)
+            if held is None:
+                sent[turn] = when
+            else:
+                heapq.heappush(wakes, (held, turn, held))
+
+    turns = 0
+    for kind, gap, left, reset in events:
+        now += gap
+        wake_until(now)
+        if kind == "turn":
+            state, reservation = window.reserve(state, now, costs, None, server=server)
+            if reservation.wait > 0:
+                heapq.heappush(wakes, (now + reservation.wait, turns, now + reservation.wait))
+            else:
+                sent[turns] = now
+            turns += 1
+        else:
+            state = window.pace(state, now, "requests", left, reset)
+            if left == 0:
+                state = window.pause(state, now + reset, bucket)
+            headers.append((now, left, now + reset, turns))
+    wake_until(float("inf"))
+    for i, (set_at, left, until, before) in enumerate(headers):
+        end = min(until, headers[i + 1][0] if i + 1 < len(headers) else until)
+        queued = sum(1 for n in range(before) if sent[n] >= set_at)
+        went = [sent[n] for n in range(before, turns) if set_at <= sent[n] < end]
+        assert len(went) <= max(0, left - queued), (
+            f"{len(went)} new turns went between {set_at} and {end}, with {queued} queued; "
+            f"the server said {left} remain"
+        )
+
+
+class FixedWindow:
+    """A loopback server's own limit: ``limit`` requests per fixed window of ``seconds``
+    (from its first request), said in OpenAI's headers on every answer; a request past
+    it is a 429. Records each request's (trio) arrival time."""
+
+    def __init__(self, limit: int, seconds: float) -> None:
+        self.limit, self.seconds = limit, seconds
+        self.start: float | None = None
+        self.counts: dict[int, int] = {}
+        self.times: list[float] = []
+        self.refused = 0
+
+    def __call__(self, request: Any) -> Reply:
+        now = trio.current_time()
+        self.start = now if self.start is None else self.start
+        self.times.append(now - self.start)
+        index = int((now - self.start) // self.seconds)
+        self.counts[index] = self.counts.get(index, 0) + 1
+        reset = self.start + (index + 1) * self.seconds - now
+        if self.counts[index] > self.limit:
+            self.refused += 1
+            return Reply(b'{"error": {"message": "over"}}', status=429,
+                         headers=[("content-type", "application/json"),
+                                  ("retry-after", f"{reset:.3f}")])
+        headers = [("content-type", "text/event-stream"),
+                   ("x-ratelimit-remaining-requests", str(self.limit - self.counts[index])),
+                   ("x-ratelimit-reset-requests", f"{reset:.3f}s")]
+        return Reply(transcript("openai/text"), headers=headers)
+
+
+async def paced_run(limiters: list[RateLimiter], turns: int) -> FixedWindow:
+    """One turn to learn the server's headers, then ``turns`` at once, spread over the
+    clients of ``limiters`` (one client each)."""
+    server_limit = FixedWindow(limit=4, seconds=8.0)
+    async with open_replay_server(server_limit) as server:
+        clients = [client(server.url, limiter, retry=RetryPolicy.never())
+                   for limiter in limiters]
+        try:
+            await clients[0].generate(REQUEST)
+            async with trio.open_nursery() as nursery:
+                for n in range(turns):
+                    nursery.start_soon(clients[n % len(clients)].generate, REQUEST)
+        finally:
+            for c in clients:
+                await c.aclose()
+    return server_limit
+
+
+async def test_rate_limiter_paced_by_the_servers_remaining_requests(
+    autojump_clock: MockClock,
+) -> None:
+    """The server allows 4 requests per 8 s window and says how many remain: after the
+    first answer (3 remain, reset in 8 s), 7 turns at once are spread 8/3 s apart, the
+    window's last one at its reset, then the configured 60/min; none is refused."""
+    limiter = RateLimiter(requests_per_minute=60, clock=trio.current_time)
+    server_limit = await paced_run([limiter], 7)
+    times = server_limit.times
+    assert server_limit.refused == 0, f"the server refused turns arriving at {times}"
+    assert len(times) == 8
+    assert all(count <= 4 for count in server_limit.counts.values()), server_limit.counts
+    first_window = [t for t in times if t < 8.0]
+    assert len(first_window) == 3  # what remained after the first: 3, spaced
+    gaps = [b - a for a, b in itertools.pairwise(sorted(times))]
+    assert min(gaps[:3]) >= 8 / 3 - 0.01, f"turns went {gaps} s apart"
+
+
+async def test_rate_limiter_pacing_shared_through_a_store(autojump_clock: MockClock) -> None:
+    """Two limiters on one store (two processes' worth): the pacing one learned holds
+    the other's turns too; the server's limit is never passed."""
+    store = MemoryStore()
+    limiters = [RateLimiter(requests_per_minute=60, store=store, clock=trio.current_time)
+                for _ in range(2)]
+    server_limit = await paced_run(limiters, 7)
+    assert server_limit.refused == 0, f"the server refused turns arriving at {server_limit.times}"
+    assert all(count <= 4 for count in server_limit.counts.values()), server_limit.counts
+    gaps = [b - a for a, b in itertools.pairwise(sorted(server_limit.times))]
+    assert min(gaps[:3]) >= 8 / 3 - 0.01, f"turns went {gaps} s apart"

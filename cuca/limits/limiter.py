@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from cuca._checks import kind
-from cuca.admission import Counter, estimated
+from cuca.admission import Counter, estimate_tokens, estimated
 from cuca.errors import ConfigurationError, RateLimitError, RateLimitExceeded, StoreError
 from cuca.plugins import TurnOutcome
 from cuca.store import MemoryStore, Store
@@ -55,7 +55,9 @@ class RateLimiter:
     The server steers it: a 429 with ``Retry-After`` (one the client's retry absorbed
     too: every attempt's headers reach the limiter), and the vendors' rate-limit
     headers saying a limit is used up until its reset, pause every turn that shares the
-    limiter; a resend waits for the pause and takes a request's place. ``store``
+    limiter; headers saying ``n`` remain until a reset ``t`` seconds away space the
+    next turns ``t / n`` apart until then (:func:`cuca.limits.window.pace`); a resend
+    waits for the pause and takes a request's place. ``store``
     shares it between processes (``SqliteStore``, ``RedisStore``; in memory by
     default) under ``key``; ``fail_open=True`` admits
     turns when the store is down instead of failing them with
@@ -128,18 +130,19 @@ class RateLimiter:
         if not self.count_tokens:
             count = estimated
         estimate = await count(request) if self.input is not None else 0
+        server = _server_costs(request, estimate)
         try:
             if self.max_concurrent is not None:
-                holder = await self._at_once(estimate)
+                holder = await self._at_once(estimate, server)
                 if holder is not None:
-                    return _Ticket(self, holder, estimate)
+                    return _Ticket(self, holder, estimate, server)
             holder = await self._lease() if self.max_concurrent is not None else None
         except StoreError:
             if not self.fail_open:
                 raise
             return _Ticket(self, None, 0, broken=True)
         try:
-            await self._reserve(estimate)
+            await self._reserve(estimate, server)
         except StoreError:
             if not self.fail_open:
                 await self._give_back(holder)
@@ -148,9 +151,9 @@ class RateLimiter:
         except BaseException:
             await self._give_back(holder)
             raise
-        return _Ticket(self, holder, estimate)
+        return _Ticket(self, holder, estimate, server)
 
-    async def _at_once(self, estimate: int) -> str | None:
+    async def _at_once(self, estimate: int, server: dict[str, float]) -> str | None:
         """A slot and the reservation in one update, when the turn need not wait for
         either (the common case: one round trip to the store, not two); else ``None``
         and nothing changed."""
@@ -162,7 +165,7 @@ class RateLimiter:
             state, taken = window.lease(old, now, holder, limit, self.lease_ttl)
             if not taken:
                 return old, False
-            state, reservation = window.reserve(state, now, costs, 0.0, may_wait=False)
+            state, reservation = window.reserve(state, now, costs, 0.0, False, server)
             return (old, False) if reservation.refused else (state, True)
 
         return holder if await self._update(change) else None
@@ -177,39 +180,51 @@ class RateLimiter:
             costs[self.output] = 0
         return costs
 
-    async def _reserve(self, estimate: int) -> None:
+    async def _reserve(self, estimate: int, server: dict[str, float]) -> None:
         may_wait = self.max_waiters is None or self._waiting < self.max_waiters
-        await self._wait_for(self._costs(estimate), may_wait)
+        await self._wait_for(self._costs(estimate), may_wait, server)
 
-    async def _wait_for(self, costs: dict[Bucket, float], may_wait: bool) -> None:
-        """Reserve ``costs`` (and the server's pause), then wait for the slot; a waiter
-        cancelled gives its place back."""
+    async def _wait_for(
+        self, costs: dict[Bucket, float], may_wait: bool, server: dict[str, float]
+    ) -> None:
+        """Reserve ``costs`` (and the server's pause and pacing, at ``server`` costs),
+        then wait for the slot; a waiter cancelled gives its place back. A turn that
+        waited looks again when its slot comes (one more store round trip): a pause the
+        server asked for meanwhile holds it too."""
         now = self.clock()
         reservation: window.Reservation = await self._update(
-            lambda old: window.reserve(old, now, costs, self.max_wait, may_wait)
+            lambda old: window.reserve(old, now, costs, self.max_wait, may_wait, server)
         )
         if reservation.refused:
             raise self._refusal(reservation.limit or "server", reservation.wait, may_wait)
         if reservation.wait <= 0:
             return
         self._waiting += 1
+        slot = now + reservation.wait
         try:
-            await trio.sleep(reservation.wait)
+            while True:
+                await trio.sleep_until(trio.current_time() + max(0.0, slot - self.clock()))
+                held: float | None = await self._update(
+                    partial(window.hold, now=self.clock(), slot=slot, server=server)
+                )
+                if held is None:
+                    break
+                slot = held
         except BaseException:
             with trio.move_on_after(5) as scope:
                 scope.shield = True
-                await self._update(lambda old: window.refund(old, costs))
+                await self._update(lambda old: window.refund(old, costs, slot, server))
             raise
         finally:
             self._waiting -= 1
 
-    async def resend(self) -> None:
+    async def resend(self, server: dict[str, float]) -> None:
         """An admitted turn's request is sent again (the client's retry): it waits for
         the server's pause like a new turn, and takes a request's place (the server
         counts it), within ``max_wait``."""
         costs: dict[Bucket, float] = {} if self.requests is None else {self.requests: 1}
         try:
-            await self._wait_for(costs, may_wait=True)
+            await self._wait_for(costs, True, server)
         except StoreError:
             if not self.fail_open:
                 raise
@@ -306,31 +321,66 @@ class RateLimiter:
                 self._slot_freed = trio.Event()
 
     async def steer(self, headers: Sequence[tuple[str, str]]) -> None:
-        """Apply what a response's rate-limit headers say (a limit used up until its
-        reset pauses every turn sharing this limiter)."""
+        """Apply what a response's rate-limit headers say: a limit used up until its
+        reset pauses every turn sharing this limiter; ``n`` left until a reset ``t``
+        seconds away spaces the next turns ``t / n`` apart until then."""
         from cuca.providers.ratelimit import rate_limit_hint
 
         now = self.clock()
         hint = rate_limit_hint(headers, now)
-        if hint is None or not hint.pause:
+        if hint is None:
             return
-        until = now + hint.pause
+        paced = {
+            limit: (left, hint.resets[limit])
+            for limit, left in hint.remaining.items()
+            if left > 0 and hint.resets.get(limit)
+        }
+        if not hint.pause and not paced:
+            return
+        pause = hint.pause
+
+        def change(old: Any) -> tuple[Any, None]:
+            state = old
+            for limit, (left, reset) in paced.items():
+                state = window.pace(state, now, limit, left, reset)
+            if pause:
+                state = window.pause(state, now + pause, self.requests)
+            return state, None
+
         try:
-            await self._update(lambda old: (window.pause(old, until, self.requests), None))
+            await self._update(change)
         except StoreError:
             if not self.fail_open:
                 raise
+
+
+def _server_costs(request: UnifiedRequest, prompt: int) -> dict[str, float]:
+    """What a turn costs on the server's own limits, for its pacing: a request, its
+    prompt tokens (``prompt``, else the text-length estimate) and, for ``tokens``, its
+    ``max_tokens`` too (as OpenAI counts it)."""
+    prompt = prompt or estimate_tokens(request)
+    return {
+        "requests": 1,
+        "tokens": prompt + (request.max_tokens or 0),
+        "input-tokens": prompt,
+    }
 
 
 class _Ticket:
     """One admitted turn's permit."""
 
     def __init__(
-        self, limiter: RateLimiter, holder: str | None, estimate: int, broken: bool = False
+        self,
+        limiter: RateLimiter,
+        holder: str | None,
+        estimate: int,
+        server: dict[str, float] | None = None,
+        broken: bool = False,
     ) -> None:
         self.limiter = limiter
         self.holder = holder
         self.estimate = estimate
+        self.server = server or {}
         self.broken = broken  # admitted without the store (fail_open): nothing to settle
         self.settled = False
 
@@ -340,7 +390,7 @@ class _Ticket:
 
     async def on_resend(self) -> None:
         if not self.broken:
-            await self.limiter.resend()
+            await self.limiter.resend(self.server)
 
     async def settle(self, end: TurnOutcome) -> None:
         if self.settled or self.broken:

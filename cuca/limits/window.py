@@ -8,8 +8,17 @@ cost at once, and the turn waits until its slot (``tat - capacity * interval``).
 are so admitted in the order they asked, across processes, without polling; a waiter
 that is cancelled gives its cost back.
 
+The server paces it too (:func:`pace`): when a response says ``n`` units of one of its
+limits (``"requests"``, ``"tokens"``, ...) remain until a reset ``t`` seconds away, the
+next turns are spaced ``t / n`` apart on that limit until the reset, counting the turns
+already queued, so no more than ``n`` go out before it; after the reset, only the
+configured limits space turns again.
+
 The state is a JSON object: ``{"b": {limit: tat}, "p": pause_until, "l": {holder:
-expires}}`` (the buckets, the server's pause, the concurrency leases).
+expires}, "s": {server limit: {"gap", "tat", "until"}}, "q": [[slot, {server limit:
+cost}], ...]}`` (the buckets, the server's pause, the concurrency leases, the server's
+pacing, and the turns reserved that have not gone yet, with what each costs on the
+server's limits).
 """
 
 from __future__ import annotations
@@ -19,7 +28,22 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Bucket", "Reservation", "charge", "lease", "pause", "refund", "release", "reserve"]
+__all__ = [
+    "Bucket",
+    "Reservation",
+    "charge",
+    "hold",
+    "lease",
+    "pace",
+    "pause",
+    "refund",
+    "release",
+    "reserve",
+]
+
+
+EPSILON = 1e-6
+"""Seconds within which a slot counts as at the server's reset (float sums of gaps)."""
 
 
 @attrs.frozen
@@ -51,7 +75,15 @@ def _state(old: Any) -> dict[str, Any]:
     state["b"] = dict(state.get("b") or {})
     state["l"] = dict(state.get("l") or {})
     state.setdefault("p", 0.0)
+    state["s"] = {k: dict(v) for k, v in (state.get("s") or {}).items()}
+    state["q"] = list(state.get("q") or [])
     return state
+
+
+def _current(state: dict[str, Any], now: float) -> None:
+    """Drop the server's pacing past its reset, and the queued turns gone already."""
+    state["s"] = {k: v for k, v in state["s"].items() if float(v["until"]) > now}
+    state["q"] = [entry for entry in state["q"] if float(entry[0]) >= now]
 
 
 def reserve(
@@ -60,11 +92,15 @@ def reserve(
     costs: Mapping[Bucket, float],
     max_wait: float | None,
     may_wait: bool = True,
+    server: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, Any], Reservation]:
-    """Reserve ``costs`` in their buckets. A bucket with cost 0 is only waited for (the
-    output tokens, charged when the turn ends). Refused, with nothing changed, when the
-    wait passes ``max_wait`` or the turn may not wait at all (``may_wait``)."""
+    """Reserve ``costs`` in their buckets, and ``server`` (what the turn costs on each
+    of the server's limits) in the server's pacing. A bucket with cost 0 is only waited
+    for (the output tokens, charged when the turn ends). Refused, with nothing changed,
+    when the wait passes ``max_wait`` or the turn may not wait at all (``may_wait``)."""
     state = _state(old)
+    _current(state, now)
+    server = server or {}
     buckets = state["b"]
     wait, limit = max(0.0, float(state["p"]) - now), "server" if state["p"] > now else None
     moved: dict[str, float] = {}
@@ -77,19 +113,90 @@ def reserve(
         if slot - now > wait:
             wait, limit = slot - now, bucket.name
         moved[bucket.name] = new_tat
+    paced = state["s"]
+    for name, entry in paced.items():
+        if server.get(name, 0) > 0:  # once the budget is spent, the reset
+            slot, until = max(float(entry["tat"]), now), float(entry["until"])
+            if slot > until - EPSILON:  # (n gaps of t / n may add up short of t)
+                slot = until
+            if slot - now > wait:
+                wait, limit = slot - now, "server"
     if wait > 0 and (not may_wait or (max_wait is not None and wait > max_wait)):
         return state, Reservation(wait, limit, refused=True)
+    at = now + wait
+    for bucket, cost in costs.items():  # held past its slot (the server, another limit):
+        if cost > 0:  # the bucket counts the turn from when it goes
+            moved[bucket.name] = max(moved[bucket.name], at + cost * bucket.interval)
     buckets.update(moved)
+    for name, entry in paced.items():
+        cost = server.get(name, 0)
+        if cost > 0 and at < float(entry["until"]) - EPSILON:
+            entry["tat"] = at + cost * float(entry["gap"])
+    if server:
+        state["q"].append([at, dict(server)])
     return state, Reservation(wait, limit)
 
 
-def refund(old: Any, costs: Mapping[Bucket, float]) -> tuple[dict[str, Any], None]:
-    """Give back what a cancelled waiter reserved."""
+def refund(
+    old: Any,
+    costs: Mapping[Bucket, float],
+    slot: float | None = None,
+    server: Mapping[str, float] | None = None,
+) -> tuple[dict[str, Any], None]:
+    """Give back what a cancelled waiter reserved (its place at ``slot`` in the
+    server's pacing too)."""
     state = _state(old)
     for bucket, cost in costs.items():
         if bucket.name in state["b"]:
             state["b"][bucket.name] -= cost * bucket.interval
+    if slot is not None and server:
+        queued = [e for e in state["q"] if e[0] == slot and e[1] == dict(server)]
+        if queued:
+            state["q"].remove(queued[0])
+            for name, cost in server.items():
+                entry = state["s"].get(name)
+                if entry is not None:
+                    entry["tat"] = float(entry["tat"]) - cost * float(entry["gap"])
     return state, None
+
+
+def hold(
+    old: Any, now: float, slot: float, server: Mapping[str, float]
+) -> tuple[dict[str, Any], float | None]:
+    """A waiter's slot (``slot``) has come: the time until which a pause the server
+    asked for since holds it (its place in the queue moved there), or ``None``: go."""
+    state = _state(old)
+    until = float(state["p"])
+    if until <= now:
+        return state, None
+    entry = [slot, dict(server)]
+    if entry in state["q"]:
+        state["q"].remove(entry)
+    if server:
+        state["q"].append([until, dict(server)])
+    return state, until
+
+
+def pace(old: Any, now: float, limit: str, remaining: int, reset: float) -> dict[str, Any]:
+    """The server says ``remaining`` units of its ``limit`` are left until ``reset``
+    seconds from ``now``: space the turns that cost it ``reset / remaining`` apart until
+    then, after what the turns already queued cost it, so that no more than
+    ``remaining`` go out before the reset. ``remaining`` 0 is :func:`pause`'s job."""
+    state = _state(old)
+    _current(state, now)
+    if remaining <= 0 or reset <= 0:
+        return state
+    gap = reset / remaining
+    queued = [(float(slot), float(cost.get(limit, 0))) for slot, cost in state["q"]]
+    ahead = sum(cost for _, cost in queued)
+    tat = now + ahead * gap
+    for slot, cost in queued:
+        tat = max(tat, slot + cost * gap)
+    old_entry = state["s"].get(limit)
+    if old_entry is not None:  # the turns that went since the server counted
+        tat = max(tat, float(old_entry["tat"]))
+    state["s"][limit] = {"gap": gap, "tat": tat, "until": now + reset}
+    return state
 
 
 def charge(old: Any, now: float, costs: Mapping[Bucket, float]) -> dict[str, Any]:
