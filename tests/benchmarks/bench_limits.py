@@ -17,8 +17,10 @@ Variants take turns, round after round, so that a busy machine slows them alike:
 
 each on ``MemoryStore``, ``SqliteStore`` and ``RedisStore``. Reported: the median wall
 time per turn (ms) and each variant's overhead over ``none`` (the median over rounds of
-the difference within a round). Then a cache hit's time to the last block against the
-same turn from the loopback server. Never part of pass/fail.
+the difference within a round). Then what the limiter adds per turn when the server sends
+OpenAI's rate-limit headers (``x-ratelimit-remaining-*`` with ``-reset-*``: one store
+update keeping the pacing, timed on each store), and a cache hit's time to the last
+block against the same turn from the loopback server. Never part of pass/fail.
 """
 
 from __future__ import annotations
@@ -164,7 +166,40 @@ async def hit_vs_live(url: str, stores: dict[str, Store], rounds: int) -> dict[s
     return {name: statistics.median(times) for name, times in out.items()}
 
 
-def report(results: Timings, hits: dict[str, float], chunks: int) -> None:
+HEADERS = (
+    ("x-ratelimit-limit-requests", "10000"),
+    ("x-ratelimit-remaining-requests", "9999"),
+    ("x-ratelimit-reset-requests", "6ms"),
+    ("x-ratelimit-limit-tokens", "30000000"),
+    ("x-ratelimit-remaining-tokens", "29999000"),
+    ("x-ratelimit-reset-tokens", "2ms"),
+)
+"""What OpenAI sends with every answer (well under its limits)."""
+
+
+async def steer_cost(stores: dict[str, Store], rounds: int) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU seconds of one ``steer`` on the headers above, per store."""
+    out: dict[str, tuple[float, float]] = {}
+    for name, store in stores.items():
+        limiter = RateLimiter(requests_per_minute=10**7, store=store, key=f"bench:{name}:steer")
+        await limiter.steer(HEADERS)  # warm-up
+        walls, cpus = [], []
+        for _ in range(rounds):
+            start, cpu = time.perf_counter(), time.process_time()
+            for _ in range(TURNS):
+                await limiter.steer(HEADERS)
+            walls.append((time.perf_counter() - start) / TURNS)
+            cpus.append((time.process_time() - cpu) / TURNS)
+        out[name] = (statistics.median(walls), statistics.median(cpus))
+    return out
+
+
+def report(
+    results: Timings,
+    hits: dict[str, float],
+    chunks: int,
+    steering: dict[str, tuple[float, float]],
+) -> None:
     base = results["none"]
     print(f"\nper turn, {chunks}-chunk OpenAI stream over loopback "
           f"({len(base)} rounds x {TURNS} turns; overhead: median over rounds of the "
@@ -179,6 +214,9 @@ def report(results: Timings, hits: dict[str, float], chunks: int) -> None:
         ratio = cpu / statistics.median(b[1] for b in base)
         print(f"{name:24} {wall * 1e3:8.2f} {extra_wall * 1e3:9.2f} {cpu * 1e3:8.2f} "
               f"{extra_cpu * 1e3:8.2f} {ratio:9.2f}")
+    print("\nthe server's rate-limit headers, read and kept (RateLimiter.steer), per turn")
+    for name, (wall, cpu) in steering.items():
+        print(f"{'steer ' + name:24} {wall * 1e3:8.2f} ms wall {cpu * 1e3:8.2f} ms cpu")
     live = hits["live"]
     print("\ntime to the last block: the live turn vs a cache hit")
     for name, seconds in hits.items():
@@ -197,13 +235,14 @@ async def main(chunks: int, rounds: int) -> None:
                 "redis": RedisStore(redis.url),
             }
             results = await run_rounds(url, stores, rounds)
+            steering = await steer_cost(stores, rounds)
             hits = await hit_vs_live(url, stores, rounds)
             for store in stores.values():
                 await store.aclose()
     finally:
         server.terminate()
         server.wait()
-    report(results, hits, chunks)
+    report(results, hits, chunks, steering)
 
 
 if __name__ == "__main__":
