@@ -635,10 +635,13 @@ async def _ended(
 ) -> None:
     """The turn has ended (or its consumer left): settle its gates, then tell its
     observers the budget warnings their charge crossed and how the turn ended."""
-    if admission is not None:
-        await admission.settle(state, stream())
-    if watch is not None:
-        watch.finish(state, cancelled, admission.warnings if admission is not None else ())
+    try:
+        if admission is not None:
+            await admission.settle(state, stream())
+    finally:
+        if watch is not None:
+            warnings = admission.warnings if admission is not None else ()
+            watch.finish(state, cancelled, warnings)
 
 
 async def _run(

@@ -11,6 +11,7 @@ import pytest
 import trio
 from support.stores import STORES, open_store, redis_server
 from support.transcripts import transcript
+from trio.testing import MockClock
 
 from cuca import (
     Budget,
@@ -126,6 +127,27 @@ async def test_store_rate_limiter_spaces_turns_on_each_store(store: Store) -> No
     assert len(server.requests) == 4 and took >= 0.3
     state = await store.get(limiter.key)
     assert state["l"] == {}  # every concurrency slot given back
+
+
+async def test_store_server_pacing_and_pause_reach_another_limiter(
+    store: Store, autojump_clock: MockClock
+) -> None:
+    """What one limiter heard from the server (2 requests left until a reset in 4 s,
+    then a Retry-After of 3 s) holds the turns of another sharing its store (another
+    process's, in production): spaced 2 s apart, the third at the reset, then paused."""
+    heard = RateLimiter(store=store, key="pace", clock=trio.current_time)
+    other = RateLimiter(store=store, key="pace", clock=trio.current_time)
+    start = trio.current_time()
+    await heard.steer([("x-ratelimit-remaining-requests", "2"),
+                       ("x-ratelimit-reset-requests", "4s")])
+    admitted = []
+    for _ in range(3):
+        await other.admit(REQUEST)
+        admitted.append(trio.current_time() - start)
+    assert admitted == pytest.approx([0.0, 2.0, 4.0], abs=0.01)
+    await heard.steer([("retry-after", "3")])
+    await other.admit(REQUEST)
+    assert trio.current_time() - start == pytest.approx(7.0, abs=0.01)
 
 
 async def test_store_budget_reservations_on_each_store(store: Store) -> None:
