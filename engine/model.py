@@ -29,7 +29,7 @@ from .grammar import gbnf_for
 from .output import format_markers
 from .prompt import PromptGuard
 from .records import TokenSink
-from .rows import canonical, kinds_from_spans, message_spans, token_of
+from .rows import TOGETHER_ROWS, canonical, kinds_from_spans, message_spans, token_of
 from .sampling import SamplingConfig
 from .scheduler import PreparedTurn, Scheduler, Turn
 
@@ -185,8 +185,8 @@ class LocalModel:
         whether its prefix was reused or prefilled and whatever other turns run beside
         it: llama.cpp rounds a token evaluated alone (generation) differently from one
         evaluated with its neighbours (prefill), so each prompt token is evaluated the
-        way :mod:`~cuca.engine.rows` gives it (the assistant's earlier answers and the
-        last token alone, the rest in steps of two rows or more) and a cached token is
+        way :mod:`~cuca.engine.rows` gives it (the assistant's earlier answers alone,
+        the rest in steps of eight rows or more) and a cached token is
         reused only if it was evaluated that way. ``False`` reuses any cached token and
         lets prefill chunks share steps with generating turns: slightly faster when a
         fresh prompt carries earlier answers, but a reused prefix may round differently
@@ -205,8 +205,11 @@ class LocalModel:
                 raise ConfigurationError(f"{name} must be >= 1, got {value}")
         if state_budget < 0:
             raise ConfigurationError(f"state_budget must be >= 0, got {state_budget}")
-        if exact_reuse and n_batch < 2:
-            raise ConfigurationError("n_batch must be >= 2 with exact_reuse (steps of two rows)")
+        if exact_reuse and n_batch < TOGETHER_ROWS:
+            raise ConfigurationError(
+                f"n_batch must be >= {TOGETHER_ROWS} with exact_reuse"
+                f" (prefill steps of {TOGETHER_ROWS} rows)"
+            )
         one_row, many_rows = default_threads()
         n_batch = max(min(n_batch, n_ctx), sequences)
         backend = LlamaBackend(

@@ -1,16 +1,20 @@
 """How each prompt token is evaluated, so that a warm turn gives the bits of a cold one.
 
-llama.cpp's CPU attention rounds differently for a token evaluated alone (one row of
-its sequence in a step: generation) and for one evaluated with others of its sequence
-(two rows or more: prefill, where a matrix kernel takes over). Within each of the two
-ways a row's bits do not depend on its step (tested: any split of a prompt into steps
-of two rows or more gives the same bits). So the exact mode gives every prompt token a
-*way*, a pure function of the prompt (:func:`canonical`), and evaluates it that way:
+llama.cpp's CPU kernels round a token differently depending on how many rows of its
+sequence its step holds: alone (one row: generation) through one kernel, with others
+through another, and on some weight types (Gemma 3's Q5_0 and Q8_0) a step of two to
+seven rows differently again. From :data:`TOGETHER_ROWS` rows on, a row's bits do not
+depend on its step (measured on both test models: any split of a prompt into steps of
+eight rows or more, short ones padded, gives the same logits and the same cache). So
+the exact mode gives every prompt token a *way*, a pure function of the prompt
+(:func:`canonical`), and evaluates it that way:
 
-* tokens the model wrote itself in earlier turns (an assistant message's text, which
-  generation evaluated one at a time), the token before each (the end of the prompt
-  it answered), and the last prompt token, alone;
-* every other token with its neighbours, in steps of two rows or more.
+* the tokens the model wrote itself in earlier turns (an assistant message's text,
+  which generation evaluated one at a time), alone;
+* every other token, the last one included, with its neighbours, in steps of at least
+  :data:`TOGETHER_ROWS` rows of its sequence: a shorter chunk (a short message between
+  two answers, the last prompt token when the same prompt comes again) is padded with
+  placeholder rows after it, whose K/V is dropped right after the step.
 
 A sequence of the cache remembers how each of its tokens was evaluated: it holds
 *keys* (:func:`key`), a token id and its way. A new prompt reuses the longest common
@@ -26,15 +30,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 __all__ = [
+    "TOGETHER_ROWS",
     "alone",
     "canonical",
     "find_spans",
-    "keep_whole_runs",
     "key",
     "kinds_from_spans",
     "message_spans",
     "token_of",
 ]
+
+TOGETHER_ROWS = 8
+"""The fewest rows of one sequence a step evaluating tokens with their neighbours holds
+(padded with placeholder rows when the chunk is shorter). Measured: on Gemma 3 270M a
+step of 2 to 7 rows of a sequence rounds unlike one of 8 or more (a warm turn whose new
+message was 6 tokens gave other logits than cold); from 8 rows on every split tried
+agreed, on both test models (SmolLM2's Q4_1 already agrees from 2)."""
 
 
 def key(token: int, evaluated_alone: bool) -> int:
@@ -53,34 +64,12 @@ def alone(cache_key: int) -> bool:
 
 
 def canonical(written: Sequence[bool]) -> tuple[bool, ...]:
-    """For each prompt token, whether it is evaluated alone: those the model wrote
-    (``written``) and the one before each of them (the last token of the prompt they
-    were generated after), the last one (its logits come from a lone row, as the next
-    turn expects of it), and any token whose neighbours are all evaluated alone (a step
-    of one row is a lone row)."""
-    flags = list(written)
-    for i in range(len(flags) - 1):
-        flags[i] = flags[i] or written[i + 1]
-    if flags:
-        flags[-1] = True
-    for i, flag in enumerate(flags):
-        if flag:
-            continue
-        before = i > 0 and not flags[i - 1]
-        after = i + 1 < len(flags) and not flags[i + 1]
-        if not (before or after):
-            flags[i] = True
-    return tuple(flags)
-
-
-def keep_whole_runs(prompt: Sequence[int], keep: int) -> int:
-    """``keep`` lowered by one if what is left of a run of tokens evaluated together
-    would be a single token (a step of one row would evaluate it alone): the one
-    before it is evaluated again with it, which gives it the same bits as before."""
-    if 0 < keep < len(prompt) and not alone(prompt[keep]) and not alone(prompt[keep - 1]):
-        if keep + 1 == len(prompt) or alone(prompt[keep + 1]):
-            return keep - 1
-    return keep
+    """For each prompt token, whether it is evaluated alone: exactly those the model
+    wrote (``written``), as generation evaluated them. Everything else goes with its
+    neighbours, the last prompt token too (its logits come from a step of
+    :data:`TOGETHER_ROWS` rows or more, warm or cold), so a prompt's ways are the
+    start of the ways of every longer prompt that carries it with its answer."""
+    return tuple(bool(flag) for flag in written)
 
 
 def _locate(text: str, pieces: Iterable[str]) -> list[tuple[int, int] | None]:

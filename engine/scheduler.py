@@ -13,9 +13,11 @@ the others go on.
 Exactness (the exact mode): every prompt token is evaluated the way
 :mod:`~cuca.engine.rows` gives it, whatever runs beside it. A token evaluated alone is
 the only row of its sequence in its step (generation's rows, and prefill rows taken one
-per step); tokens evaluated together go in steps of their own, in chunks of two rows
-or more, the same size for every sequence of the step (llama.cpp splits a step into
-equal shares of its sequences, so a chunk of another size could leave a row alone).
+per step); tokens evaluated together go in steps of their own, in chunks of at least
+:data:`~cuca.engine.rows.TOGETHER_ROWS` rows (a shorter chunk is padded with
+placeholder rows after it, dropped from the cache right after the step), the same
+number of rows for every sequence of the step (llama.cpp splits a step into equal
+shares of its sequences, so a chunk of another size could leave a sequence short).
 Each sequence has its own cells, and a row's arithmetic does not depend on the other
 rows of its step (see docs/local-engine.md), so a turn gives the same bits beside
 others as alone, warm as cold.
@@ -36,7 +38,7 @@ from cuca.types import PromptCacheUsage
 from .backend import DECODE_ABORTED, LlamaBackend, Row, Sampler
 from .formats import OutputFormat
 from .records import TokenSink, TurnEnd
-from .rows import alone, key, token_of
+from .rows import TOGETHER_ROWS, alone, key, token_of
 from .sampling import SamplerStep
 from .sequences import Placement, SavedStates, SequenceTable
 
@@ -102,6 +104,7 @@ class Turn:
         self.next_token: int | None = None  # sampled, to be evaluated next step
         self.row = -1  # the batch row whose logits it samples from after a step
         self.chunk = 0  # prompt tokens it added to the current step
+        self.pad = 0  # placeholder rows after them, dropped from the cache after the step
         self.sampler: Sampler | None = None
         self.placement: Placement | None = None
         # ended (its sink finished), its last sampled token still to be evaluated
@@ -126,7 +129,7 @@ class Scheduler:
 
     def __init__(self, backend: LlamaBackend, *, exact: bool, state_budget: int = 0) -> None:
         self._backend = backend
-        self.table = SequenceTable(backend.n_seq, exact=exact)
+        self.table = SequenceTable(backend.n_seq)
         self.saved = SavedStates(state_budget)
         self._exact = exact
         self._chunk_next = False  # in the exact mode, chunk steps alternate with row steps
@@ -306,6 +309,8 @@ class Scheduler:
             if turn.chunk:
                 tokens += turn.keys[turn.fed : turn.fed + turn.chunk]
                 turn.fed += turn.chunk
+                if turn.pad:
+                    self._drop_placeholders(turn)
             elif turn.next_token is not None:
                 tokens.append(key(turn.next_token, self._exact))  # generated: alone
                 turn.next_token = None
@@ -314,6 +319,16 @@ class Scheduler:
                 self._release(turn)  # its answer's last token is in its sequence now
             elif turn.row >= 0 and turn in self._active:
                 self._advance(turn)
+
+    def _drop_placeholders(self, turn: Turn) -> None:
+        """Take the placeholder rows of ``turn``'s last chunk out of its sequence."""
+        turn.pad = 0
+        if not self._backend.truncate(turn.seq, len(self.table.slots[turn.seq].tokens)):
+            raise ProviderError(
+                "local",
+                "this model's memory cannot drop the placeholder rows of a short prefill "
+                "step: load it with exact_reuse=False",
+            )
 
     def _mixed_rows(self, ready: list[Turn]) -> tuple[list[Row], list[Turn]]:
         """One row per generating turn, then prefill chunks in the room left."""
@@ -331,25 +346,25 @@ class Scheduler:
 
     def _exact_rows(self, ready: list[Turn]) -> tuple[list[Row], list[Turn]]:
         """Either one row per turn (its generated token, or its next prompt token that is
-        evaluated alone), or chunks of prompt tokens evaluated together, the same size for
-        each prompt, in a step of their own; the two kinds of step alternate while both
-        have work."""
+        evaluated alone), or chunks of prompt tokens evaluated together, in a step of
+        their own, each sequence with the same number of rows, at least
+        :data:`TOGETHER_ROWS` (placeholders pad a shorter chunk); the two kinds of step
+        alternate while both have work."""
         single = [t for t in ready if t.next_token is not None or alone(t.keys[t.fed])]
         chunked = [t for t in ready if t.next_token is None and not alone(t.keys[t.fed])]
         rows: list[Row] = []
         stepping: list[Turn] = []
         if chunked and (self._chunk_next or not single):
             self._chunk_next = False
-            run = _run(chunked[0])
-            size = min(run, self._backend.n_batch if len(ready) == 1 else SHARED_CHUNK)
-            if run - size == 1:  # never leave one token of a run to a step of its own
-                size -= 1
-            # other prompts join with chunks of the same size (llama.cpp's share of each
-            # sequence in a step), as long as the step holds them
-            group = [t for t in chunked if _run(t) >= size and _run(t) - size != 1]
-            room = max(1, self._backend.n_batch // size)
-            for turn in sorted([chunked[0], *group[1:room]], key=lambda t: t.seq):
-                self._add_prompt(turn, size, rows, stepping)
+            first = chunked[0]
+            size = min(_run(first), self._backend.n_batch if len(ready) == 1 else SHARED_CHUNK)
+            if size >= TOGETHER_ROWS:  # others join with chunks of that size
+                group = [t for t in chunked[1:] if _run(t) >= size]
+            else:  # a short chunk: others whose run is short too, each padded
+                group = [t for t in chunked[1:] if _run(t) < TOGETHER_ROWS]
+            room = max(1, self._backend.n_batch // max(size, TOGETHER_ROWS))
+            for turn in sorted([first, *group[: room - 1]], key=lambda t: t.seq):
+                self._add_prompt(turn, min(size, _run(turn)), rows, stepping, pad=True)
             return rows, stepping
         self._chunk_next = True
         for turn in sorted(single, key=lambda t: t.seq):  # llama.cpp keeps ascending ids together
@@ -366,15 +381,23 @@ class Scheduler:
         turn.row, turn.chunk = len(rows) - 1, 0
         stepping.append(turn)
 
-    def _add_prompt(self, turn: Turn, size: int, rows: list[Row], stepping: list[Turn]) -> None:
+    def _add_prompt(
+        self, turn: Turn, size: int, rows: list[Row], stepping: list[Turn], *, pad: bool = False
+    ) -> None:
         """Rows for the next ``size`` prompt tokens of ``turn``; logits for the last one
-        of the prompt."""
+        of the prompt. ``pad``: a chunk shorter than :data:`TOGETHER_ROWS` gets
+        placeholder rows after it (positions the context has room for), so the step
+        holds as many rows of the sequence as a longer chunk would."""
         end = turn.fed + size
         for position in range(turn.fed, end):
             wanted = position == len(turn.keys) - 1
             rows.append((token_of(turn.keys[position]), position, turn.seq, wanted))
         turn.row = len(rows) - 1 if end == len(turn.keys) else -1
         turn.chunk = size
+        turn.pad = min(TOGETHER_ROWS - size, self._backend.n_ctx - end) if pad else 0
+        filler = token_of(turn.keys[end - 1])
+        rows += [(filler, end + i, turn.seq, False) for i in range(max(turn.pad, 0))]
+        turn.pad = max(turn.pad, 0)
         stepping.append(turn)
 
     def _abandoned(self, stepping: list[Turn]) -> Callable[[], bool]:
@@ -394,6 +417,7 @@ class Scheduler:
                 expected += turn.keys[turn.fed : turn.fed + turn.chunk]
             elif turn.next_token is not None:
                 expected.append(key(turn.next_token, self._exact))
+            turn.pad = 0  # placeholders, if any, are past what it expects: dropped below
             end = min(backend.cache_end(turn.seq), len(expected))
             if not backend.truncate(turn.seq, end):
                 backend.clear(turn.seq)

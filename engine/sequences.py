@@ -15,7 +15,8 @@ The rules, for a new prompt, among the sequences no turn is using:
 3. Otherwise the turn is another conversation, and must not cut that one's history: it
    goes to an empty sequence, else to the least recently used one (whose conversation
    is evicted, and saved in RAM first when a budget allows it). A shared prefix of at
-   least :data:`COPY_ABOVE` tokens (a system prompt) is copied there first.
+   least :data:`COPY_ABOVE` tokens (a system prompt, the same prompt again) is copied
+   there first.
 4. A saved state that shares more with the prompt than any sequence is restored into
    the sequence rule 3 picks.
 """
@@ -28,7 +29,6 @@ from collections.abc import Sequence
 import attrs
 
 from .prefix import plan_reuse
-from .rows import keep_whole_runs
 
 __all__ = [
     "COPY_ABOVE",
@@ -43,10 +43,13 @@ SAME_CONVERSATION = 4
 """Cached tokens a turn may drop from a sequence and still count as the conversation
 that sequence holds (the same prompt again drops one)."""
 
-COPY_ABOVE = 32
+COPY_ABOVE = 8
 """The shortest shared prefix worth copying from another sequence rather than
-prefilling (a copy moves a whole sequence's cells, about as long as a few tokens'
-prefill)."""
+prefilling. A copy moves a whole sequence's cells whatever it holds (measured on
+4,096-cell sequences, 1 thread, load 3: 20-45 ms on SmolLM2, 45-70 ms on Gemma 3),
+while a prompt token prefilled in a chunk costs 4-7 ms and a prefill step holds at
+least :data:`~cuca.engine.rows.TOGETHER_ROWS` (8) rows anyway: under 8 tokens the copy
+costs more than the prefill it saves."""
 
 
 @attrs.define
@@ -81,18 +84,16 @@ class SequenceTable:
     """The ``n_seq`` sequences of one model and the turns placed on them.
 
     Sequences hold cache keys (:mod:`~cuca.engine.rows`): token ids, and in the exact
-    mode (``exact``) how each was evaluated; there a kept prefix never leaves a run of
-    tokens evaluated together cut to one token.
+    mode how each was evaluated.
     """
 
-    def __init__(self, n_seq: int, *, exact: bool = False) -> None:
+    def __init__(self, n_seq: int) -> None:
         self.slots = [SequenceSlot(i) for i in range(n_seq)]
         self._tick = 0
-        self._exact = exact
 
-    def _reuse(self, cached: Sequence[int], prompt: Sequence[int]) -> int:
-        keep = plan_reuse(cached, prompt).keep
-        return keep_whole_runs(prompt, keep) if self._exact else keep
+    @staticmethod
+    def _reuse(cached: Sequence[int], prompt: Sequence[int]) -> int:
+        return plan_reuse(cached, prompt).keep
 
     def free(self) -> bool:
         """Whether a sequence is free for a new turn."""

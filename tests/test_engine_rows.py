@@ -9,7 +9,6 @@ from cuca.engine.rows import (
     alone,
     canonical,
     find_spans,
-    keep_whole_runs,
     key,
     kinds_from_spans,
     message_spans,
@@ -25,43 +24,25 @@ def test_rows_a_key_holds_the_token_and_its_way() -> None:
     assert key(7, True) != key(7, False)
 
 
-def test_rows_a_fresh_prompt_goes_together_but_its_last_token() -> None:
-    assert canonical([F] * 5) == (F, F, F, F, T)
-
-
-def test_rows_the_answer_and_the_token_before_it_go_alone() -> None:
-    # prompt of turn 1 (4 tokens), its answer (3), the next user message (3)
-    written = [F, F, F, F, T, T, T, F, F, F]
-    assert canonical(written) == (F, F, F, T, T, T, T, F, F, T)
-
-
-def test_rows_a_token_with_no_neighbour_to_go_with_goes_alone() -> None:
-    assert canonical([F, T, F, T, F, F, F]) == (T, T, T, T, F, F, T)
-    assert canonical([F, F, T, F, F]) == (T, T, T, T, T)
-    assert canonical([F, F, F, T, F, F, F]) == (F, F, T, T, F, F, T)
+def test_rows_a_fresh_prompt_goes_together_its_last_token_too() -> None:
+    """The last token's logits come from a step of eight rows or more, warm or cold."""
+    assert canonical([F] * 5) == (F, F, F, F, F)
     assert canonical([]) == ()
 
 
-@given(st.lists(st.booleans(), max_size=40))
-def test_rows_every_run_evaluated_together_has_two_tokens_or_more(written: list[bool]) -> None:
-    flags = canonical(written)
-    assert all(flag for flag, said in zip(flags, written, strict=True) if said)
-    runs = "".join("a" if flag else "t" for flag in flags).split("a")
-    assert all(len(run) != 1 for run in runs)
-    assert not flags or flags[-1]
+def test_rows_only_what_the_model_wrote_goes_alone() -> None:
+    # prompt of turn 1 (4 tokens), its answer (3), the next user message (3): the token
+    # before the answer (the end of the prompt it answered) went with its neighbours
+    written = [F, F, F, F, T, T, T, F, F, F]
+    assert canonical(written) == (F, F, F, F, T, T, T, F, F, F)
+    assert canonical([F, T, F, T, F]) == (F, T, F, T, F)  # short runs are padded instead
 
 
-def keys(flags: tuple[bool, ...]) -> list[int]:
-    return [key(100 + i, flag) for i, flag in enumerate(flags)]
-
-
-def test_rows_keep_never_cuts_a_run_to_one_token() -> None:
-    prompt = keys((F, F, F, T, T, F, F, T))
-    assert keep_whole_runs(prompt, 2) == 1  # token 2 would be left alone: 1 and 2 again
-    assert keep_whole_runs(prompt, 1) == 1  # two left
-    assert keep_whole_runs(prompt, 3) == 3  # the next one goes alone anyway
-    assert keep_whole_runs(prompt, 6) == 5
-    assert keep_whole_runs(prompt, 0) == 0
+@given(st.lists(st.booleans(), max_size=40), st.integers(0, 40))
+def test_rows_a_prompt_s_ways_start_every_longer_prompt_s(written: list[bool], cut: int) -> None:
+    """What makes a warm turn exact: the ways of a turn's prompt are the start of the
+    ways of the next turn's prompt (which carries it, then the answer, then more)."""
+    assert canonical(written)[:cut] == canonical(written[:cut])
 
 
 def test_rows_find_spans_in_order_as_bytes() -> None:

@@ -94,3 +94,17 @@ def test_saved_states_stay_within_the_budget() -> None:
     assert saved.tokens() == [(2,), (3,)]
     assert saved.take((3,)) == b"cccc" and saved.used == 4
     assert SavedStates(budget=0).fits(1) is False
+
+
+def test_sequences_the_same_prompt_again_is_copied_beside_its_answer() -> None:
+    """A prompt asked again after its answer would cut that answer from its sequence:
+    the shared prompt (all but its last token) is copied to a free one instead."""
+    prompt = list(range(10, 30))
+    sequences = table([*prompt, 1, 2, 3, 4, 5, 6], [])
+    assert sequences.place(prompt) == Placement(1, len(prompt) - 1, copy_from=0)
+
+
+def test_sequences_a_prefix_shorter_than_a_copy_is_worth_is_prefilled() -> None:
+    sequences = table(list(range(1, 21)), [])
+    short = [1, 2, 3, 4, 5, 6, 7, 50, 51]  # 7 shared tokens: a copy costs more
+    assert sequences.place(short) == Placement(1, 0)

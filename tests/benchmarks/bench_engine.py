@@ -813,9 +813,14 @@ def test_model(name: str) -> tuple[str, str]:
     return str(path), str(template)
 
 
-def shape_turns(side: str, name: str, n_seq: int | None, warm: bool) -> dict[str, Any]:
+def shape_turns(
+    side: str, name: str, n_seq: int | None, warm: bool, settle: bool = False
+) -> dict[str, Any]:
     """One side's child: load model ``name`` (1 thread, N_CTX), then a short turn (for
-    memory) or a ~1,000-token first turn and its warm second turn (``warm``)."""
+    memory) or a ~1,000-token first turn and its warm second turn (``warm``), sent at
+    once or (``settle``, cuca) once the model is idle: the first turn is cut by
+    ``max_tokens``, and cuca evaluates its last token just after its end, which a
+    second turn sent at once waits for."""
     import trio
 
     path, template = test_model(name)
@@ -850,13 +855,18 @@ def shape_turns(side: str, name: str, n_seq: int | None, warm: bool) -> dict[str
     result["cold_ttft"] = opening["ttft"]
     if warm:
         second = [*first, ("assistant", opening["text"]), ("user", QUESTION_B)]
+        while settle and side == "cuca" and model.busy:
+            time.sleep(0.005)
         result["warm_ttft"] = run(second, 8)["ttft"]
     result["peak_rss_mb"] = peak_rss_mb()
     return result
 
 
-def run_shape(side: str, name: str, n_seq: int | None, warm: bool) -> dict[str, Any]:
+def run_shape(
+    side: str, name: str, n_seq: int | None, warm: bool, settle: bool = False
+) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child-shape", side, name, str(n_seq), str(warm)]
+    command.append(str(settle))
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -880,10 +890,11 @@ def memory() -> None:
         )
         print(f"{name} peak RSS after one short turn: {shown}")
     for name in ("smollm2", "gemma3"):
-        runs = {
-            side: [run_shape(side, name, None, True) for _ in range(RUNS)]
-            for side in ("cuca", "llama-cpp-python")
-        }
+        runs: dict[str, list[dict[str, Any]]] = {"cuca": [], "llama-cpp-python": [], "idle": []}
+        for _ in range(RUNS):  # alternated, so load changes hit every side alike
+            runs["cuca"].append(run_shape("cuca", name, None, True))
+            runs["llama-cpp-python"].append(run_shape("llama-cpp-python", name, None, True))
+            runs["idle"].append(run_shape("cuca", name, None, True, settle=True))
         medians = {
             side: {
                 key: statistics.median(r[key] for r in results if key in r)
@@ -892,13 +903,16 @@ def memory() -> None:
             }
             for side, results in runs.items()
         }  # fmt: skip
-        ours, theirs = medians["cuca"], medians["llama-cpp-python"]
+        ours, theirs, idle = medians["cuca"], medians["llama-cpp-python"], medians["idle"]
         cold = ratio(ours["cold_ttft"], theirs["cold_ttft"], "", 0)
         print(
             f"{name} ~1,000-token prompt, TTFT cold: cuca {fmt(ours['cold_ttft'])} s, lcp "
             f"{fmt(theirs['cold_ttft'])} s ({cold});"
             f" warm: cuca {fmt(ours['warm_ttft'], '')} s, lcp {fmt(theirs['warm_ttft'])} s "
-            f"({ratio(ours['warm_ttft'], theirs['warm_ttft'], '<=', 1.1)}; median of {RUNS})"
+            f"({ratio(ours['warm_ttft'], theirs['warm_ttft'], '<=', 1.1)}); warm sent once "
+            f"cuca is idle: {fmt(idle['warm_ttft'])} s "
+            f"({ratio(idle['warm_ttft'], theirs['warm_ttft'], '<=', 1.1)}; medians of {RUNS}; "
+            f"load {os.getloadavg()[0]:.2f})"
         )
         for side, results in runs.items():
             for r in results:
@@ -907,9 +921,12 @@ def memory() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--child-shape":
+    if len(sys.argv) == 7 and sys.argv[1] == "--child-shape":
         n_seq = None if sys.argv[4] == "None" else int(sys.argv[4])
-        print(json.dumps(shape_turns(sys.argv[2], sys.argv[3], n_seq, sys.argv[5] == "True")))
+        shape = shape_turns(
+            sys.argv[2], sys.argv[3], n_seq, sys.argv[5] == "True", sys.argv[6] == "True"
+        )
+        print(json.dumps(shape))
         sys.exit(0)
     if sys.argv[1:2] == ["--memory"]:
         memory()
