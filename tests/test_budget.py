@@ -261,3 +261,20 @@ async def test_budget_warning_in_the_session_log_and_the_trace(tmp_path: Path) -
     attributes = dict(events[1][0].attributes or {})
     assert attributes == {"cuca.budget.unit": "tokens", "cuca.budget.spent": 2326.0,
                           "cuca.budget.limit": 3600.0, "cuca.budget.fraction": 2326 / 3600}
+
+
+async def test_budget_warning_once_per_window() -> None:
+    """A 60 s window: the crossing turn of each window is told, once in each."""
+    now = [1000.0]
+    events = Events()
+    budget = Budget(tokens=3600, warn_at=0.5, window=60, clock=lambda: now[0])
+    async with open_replay_server(TEXT) as server:
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", api_key="k",
+                              plugins=[budget, events]) as c:
+            for _ in range(3):
+                await c.generate(REQUEST)
+            now[0] += 60
+            for _ in range(2):
+                await c.generate(REQUEST)
+    told = [n for n, seen in enumerate(events.turns) if ("warning", "tokens") in seen]
+    assert told == [1, 4]

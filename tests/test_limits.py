@@ -377,6 +377,11 @@ def test_rate_limit_hint_reads_vendor_headers() -> None:
                             ("anthropic-ratelimit-output-tokens-reset", "2026-01-01T00:00:10Z")],
                            now=1767225600.0)  # 2026-01-01T00:00:00Z
     assert hint is not None and hint.pause == pytest.approx(10.0)
+    hint = rate_limit_hint([("anthropic-ratelimit-requests-remaining", "40"),
+                            ("anthropic-ratelimit-requests-reset", "2026-01-01T00:00:20Z")],
+                           now=1767225600.0)
+    assert hint is not None and hint.pause is None  # 40 left: paced, not paused
+    assert hint.remaining == {"requests": 40} and hint.resets == {"requests": 20.0}
     assert rate_limit_hint([("content-type", "text/event-stream")]) is None
     hint = rate_limit_hint([("retry-after", "3")])
     assert hint is not None and hint.pause == 3.0
