@@ -4,9 +4,17 @@ OpenAI-style servers (OpenAI, vLLM, DeepSeek and others that copy them) send
 ``x-ratelimit-remaining-{requests,tokens}`` with ``x-ratelimit-reset-{requests,tokens}``
 as a duration (``"1s"``, ``"6m0s"``, ``"20ms"``); Anthropic sends
 ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}``
-with the reset as an RFC 3339 time. A limit whose remaining count is 0 pauses the
-limiter until its reset; ``Retry-After`` (seconds or an HTTP date) pauses it too; a
-count above 0 with its reset paces the limiter (the next turns spread until the reset).
+with the reset as an RFC 3339 time; both send the limit itself too
+(``x-ratelimit-limit-*``, ``anthropic-ratelimit-*-limit``). A limit whose remaining
+count is 0 pauses the limiter until its reset; ``Retry-After`` (seconds or an HTTP date)
+pauses it too; a count above 0 with its reset paces the limiter (the next turns spread
+until the reset).
+
+Both vendors refill a limit continuously (a token bucket: the reset is when it is whole
+again), so with the limit known, ``limit - remaining`` come back evenly until the reset:
+a request limit used up pauses only until one request is back (``reset / limit``), not
+until the whole reset. A token limit used up still pauses until its reset: what the
+next turn needs of it is not known here.
 """
 
 from __future__ import annotations
@@ -32,11 +40,13 @@ class RateLimitHint:
     """What a response's headers say: ``pause`` is how long, in seconds, every turn
     sharing the limiter should wait (``None``: no need); ``remaining`` maps a limit
     (``"requests"``, ``"tokens"``, ...) to what is left of it, ``resets`` to the
-    seconds until it is whole again (when the headers say)."""
+    seconds until it is whole again, ``limits`` to the whole limit (when the headers
+    say)."""
 
     pause: float | None
     remaining: dict[str, int] = attrs.field(factory=dict)
     resets: dict[str, float] = attrs.field(factory=dict)
+    limits: dict[str, int] = attrs.field(factory=dict)
 
 
 def rate_limit_hint(
@@ -48,31 +58,32 @@ def rate_limit_hint(
     current = time.time() if now is None else now
     remaining: dict[str, int] = {}
     resets: dict[str, float] = {}
+    totals: dict[str, int] = {}
     pauses: list[float] = []
     for limit in _LIMITS:
-        for left_name, reset_name, reset in (
-            (f"x-ratelimit-remaining-{limit}", f"x-ratelimit-reset-{limit}", parse_duration),
-            (
-                f"anthropic-ratelimit-{limit}-remaining",
-                f"anthropic-ratelimit-{limit}-reset",
-                lambda text: _until(text, current),
-            ),
+        for name, reset in (
+            (f"x-ratelimit-{{}}-{limit}", parse_duration),
+            (f"anthropic-ratelimit-{limit}-{{}}", lambda text: _until(text, current)),
         ):
-            left = _integer(lowered.get(left_name))
+            left = _integer(lowered.get(name.format("remaining")))
             if left is None:
                 continue
             remaining[limit] = left
-            wait = reset(lowered.get(reset_name, ""))
+            wait = reset(lowered.get(name.format("reset"), ""))
+            total = _integer(lowered.get(name.format("limit")))
+            if total is not None and total > 0:
+                totals[limit] = total
             if wait is not None:
                 resets[limit] = wait
             if left <= 0 and wait is not None:
-                pauses.append(wait)
+                refilled = limit == "requests" and limit in totals
+                pauses.append(wait / totals[limit] if refilled else wait)
     retry_after = parse_retry_after(lowered.get("retry-after"), current)
     if retry_after is not None:
         pauses.append(retry_after)
     if not remaining and not pauses:
         return None
-    return RateLimitHint(max(pauses) if pauses else None, remaining, resets)
+    return RateLimitHint(max(pauses) if pauses else None, remaining, resets, totals)
 
 
 def parse_duration(text: str) -> float | None:

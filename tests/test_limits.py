@@ -387,6 +387,78 @@ def test_rate_limit_hint_reads_vendor_headers() -> None:
     assert hint is not None and hint.pause == 3.0
 
 
+def test_rate_limit_hint_reads_the_whole_limit() -> None:
+    """With the limit's size sent too, a request limit used up pauses only until one
+    request is back (OpenAI: 60 a minute, 0 left, whole again in 30 s: 0.5 s); a token
+    limit used up still pauses until its reset."""
+    hint = rate_limit_hint([("x-ratelimit-limit-requests", "60"),
+                            ("x-ratelimit-remaining-requests", "0"),
+                            ("x-ratelimit-reset-requests", "30s"),
+                            ("x-ratelimit-limit-tokens", "150000"),
+                            ("x-ratelimit-remaining-tokens", "149000"),
+                            ("x-ratelimit-reset-tokens", "400ms")])
+    assert hint is not None and hint.pause == pytest.approx(0.5)
+    assert hint.limits == {"requests": 60, "tokens": 150000}
+    hint = rate_limit_hint([("anthropic-ratelimit-requests-limit", "50"),
+                            ("anthropic-ratelimit-requests-remaining", "0"),
+                            ("anthropic-ratelimit-requests-reset", "2026-01-01T00:01:00Z"),
+                            ("anthropic-ratelimit-input-tokens-limit", "40000"),
+                            ("anthropic-ratelimit-input-tokens-remaining", "0"),
+                            ("anthropic-ratelimit-input-tokens-reset", "2026-01-01T00:00:10Z")],
+                           now=1767225600.0)
+    assert hint is not None and hint.pause == pytest.approx(10.0)  # the tokens' reset
+    assert hint.limits == {"requests": 50, "input-tokens": 40000}
+    hint = rate_limit_hint([("x-ratelimit-limit-requests", "0"),
+                            ("x-ratelimit-remaining-requests", "0"),
+                            ("x-ratelimit-reset-requests", "2s")])
+    assert hint is not None and hint.pause == 2.0 and hint.limits == {}  # a 0 limit: no refill
+
+
+def test_window_server_gap_follows_the_refill() -> None:
+    """1 request of 60 left, 59 s to the reset: the bucket gives one back a second, so
+    turns go 1 s apart (59 s without the limit); plenty left: spread until the reset."""
+    assert window.server_gap(1, 59.0, 60) == pytest.approx(1.0)
+    assert window.server_gap(1, 59.0) == pytest.approx(59.0)
+    assert window.server_gap(59, 1.0, 60) == pytest.approx(1 / 59)
+    assert window.server_gap(0, 30.0, 60) == pytest.approx(0.5)
+    assert window.server_gap(0, 30.0) is None  # the pause's job
+    assert window.server_gap(5, 0.0, 60) is None
+
+
+@given(
+    total=st.integers(1, 200),
+    left=st.integers(0, 200),
+    reset=st.floats(0.01, 120),
+    turns=st.integers(1, 60),
+)
+def test_window_server_pacing_never_outruns_a_refilling_bucket(
+    total: int, left: int, reset: float, turns: int
+) -> None:
+    """A server's token bucket of ``total`` with ``left`` in it, whole again in
+    ``reset`` s (so refilling ``(total - left) / reset`` a second): ``turns`` that ask at
+    once, paced as the limiter does from those headers, never find it empty before the
+    reset."""
+    left = min(left, total)
+    now = 0.0
+    hint = rate_limit_hint([("x-ratelimit-limit-requests", str(total)),
+                            ("x-ratelimit-remaining-requests", str(left)),
+                            ("x-ratelimit-reset-requests", f"{reset}s")])
+    assert hint is not None
+    state = window.pace(None, now, "requests", left, hint.resets["requests"], total)
+    if hint.pause:
+        state = window.pause(state, now + hint.pause, None)
+    slots = []
+    for _ in range(turns):
+        state, reservation = window.reserve(state, now, {}, None, server={"requests": 1})
+        slots.append(now + reservation.wait)
+    rate = (total - left) / hint.resets["requests"]
+    for sent, slot in enumerate(sorted(slots), start=1):
+        if slot < hint.resets["requests"] - 1e-6:  # after the reset the bucket is whole
+            assert sent <= left + rate * slot + 1e-6, (
+                f"turn {sent} went at {slot:.4f} s with {left + rate * slot:.4f} in the bucket"
+            )
+
+
 async def test_rate_limiter_unknown_header_values_do_not_pause() -> None:
     hint = rate_limit_hint([("x-ratelimit-remaining-requests", "lots")])
     assert hint is None
@@ -607,3 +679,55 @@ async def test_rate_limiter_pacing_shared_through_a_store(autojump_clock: MockCl
     assert all(count <= 4 for count in server_limit.counts.values()), server_limit.counts
     gaps = [b - a for a, b in itertools.pairwise(sorted(server_limit.times))]
     assert min(gaps[:3]) >= 8 / 3 - 0.01, f"turns went {gaps} s apart"
+
+
+class RefillingBucket:
+    """A loopback server's own limit as OpenAI and Anthropic keep theirs: a bucket of
+    ``limit`` requests refilled ``rate`` a second, starting with ``level`` in it, said in
+    OpenAI's headers with the limit itself (``x-ratelimit-limit-requests``) and the
+    time until it is whole again; a request finding it empty is a 429."""
+
+    def __init__(self, limit: int, rate: float, level: float) -> None:
+        self.limit, self.rate, self.level = limit, rate, level
+        self.last: float | None = None
+        self.times: list[float] = []
+        self.refused = 0
+
+    def __call__(self, request: Any) -> Reply:
+        now = trio.current_time()
+        if self.last is not None:
+            self.level = min(self.limit, self.level + (now - self.last) * self.rate)
+        self.last = now
+        self.times.append(now)
+        if self.level < 1:
+            self.refused += 1
+            return Reply(b'{"error": {"message": "over"}}', status=429,
+                         headers=[("content-type", "application/json"),
+                                  ("retry-after", f"{(1 - self.level) / self.rate:.3f}")])
+        self.level -= 1
+        headers = [("content-type", "text/event-stream"),
+                   ("x-ratelimit-limit-requests", str(self.limit)),
+                   ("x-ratelimit-remaining-requests", str(int(self.level))),
+                   ("x-ratelimit-reset-requests", f"{(self.limit - self.level) / self.rate:.3f}s")]
+        return Reply(transcript("openai/text"), headers=headers)
+
+
+async def test_rate_limiter_paced_by_a_refilling_servers_limit(autojump_clock: MockClock) -> None:
+    """The server's bucket holds 6 and refills 1 a second; after the first answer 1 is
+    left and it is whole again in 5 s. Six turns at once go 1 s apart as the bucket
+    refills, none refused; spread over the reset instead (5 s for the one left), each
+    waited for the reset and then they went in a burst."""
+    server_limit = RefillingBucket(limit=6, rate=1.0, level=2)
+    limiter = RateLimiter(requests_per_minute=600, clock=trio.current_time)
+    async with open_replay_server(server_limit) as server:
+        async with client(server.url, limiter, retry=RetryPolicy.never()) as c:
+            await c.generate(REQUEST)
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                for _ in range(6):
+                    nursery.start_soon(c.generate, REQUEST)
+    assert server_limit.refused == 0, f"the server refused turns arriving at {server_limit.times}"
+    went = [t - start for t in server_limit.times[1:]]
+    assert len(went) == 6
+    assert went[:5] == pytest.approx([1.0, 2.0, 3.0, 4.0, 5.0], abs=0.01), went
+    assert went[5] - went[4] >= 0.1 - 1e-6  # after the reset: the configured 600/min

@@ -56,7 +56,8 @@ class RateLimiter:
     too: every attempt's headers reach the limiter), and the vendors' rate-limit
     headers saying a limit is used up until its reset, pause every turn that shares the
     limiter; headers saying ``n`` remain until a reset ``t`` seconds away space the
-    next turns ``t / n`` apart until then (:func:`cuca.limits.window.pace`); a resend
+    next turns ``t / n`` apart until then, or as the server's bucket refills when the
+    headers give the whole limit too (:func:`cuca.limits.window.server_gap`); a resend
     waits for the pause and takes a request's place. ``store``
     shares it between processes (``SqliteStore``, ``RedisStore``; in memory by
     default) under ``key``; ``fail_open=True`` admits
@@ -323,7 +324,7 @@ class RateLimiter:
     async def steer(self, headers: Sequence[tuple[str, str]]) -> None:
         """Apply what a response's rate-limit headers say: a limit used up until its
         reset pauses every turn sharing this limiter; ``n`` left until a reset ``t``
-        seconds away spaces the next turns ``t / n`` apart until then."""
+        seconds away spaces the next turns until then (:func:`window.server_gap`)."""
         from cuca.providers.ratelimit import rate_limit_hint
 
         now = self.clock()
@@ -331,9 +332,9 @@ class RateLimiter:
         if hint is None:
             return
         paced = {
-            limit: (left, hint.resets[limit])
+            limit: (left, hint.resets[limit], hint.limits.get(limit))
             for limit, left in hint.remaining.items()
-            if left > 0 and hint.resets.get(limit)
+            if hint.resets.get(limit) and (left > 0 or limit in hint.limits)
         }
         if not hint.pause and not paced:
             return
@@ -341,8 +342,8 @@ class RateLimiter:
 
         def change(old: Any) -> tuple[Any, None]:
             state = old
-            for limit, (left, reset) in paced.items():
-                state = window.pace(state, now, limit, left, reset)
+            for limit, (left, reset, total) in paced.items():
+                state = window.pace(state, now, limit, left, reset, total)
             if pause:
                 state = window.pause(state, now + pause, self.requests)
             return state, None

@@ -11,8 +11,9 @@ that is cancelled gives its cost back.
 The server paces it too (:func:`pace`): when a response says ``n`` units of one of its
 limits (``"requests"``, ``"tokens"``, ...) remain until a reset ``t`` seconds away, the
 next turns are spaced ``t / n`` apart on that limit until the reset, counting the turns
-already queued, so no more than ``n`` go out before it; after the reset, only the
-configured limits space turns again.
+already queued, so no more than ``n`` go out before it; when the response gives the
+whole limit ``L`` too, at most ``t / (L - n)`` apart, the server's own refill
+(:func:`server_gap`); after the reset, only the configured limits space turns again.
 
 The state is a JSON object: ``{"b": {limit: tat}, "p": pause_until, "l": {holder:
 expires}, "s": {server limit: {"gap", "tat", "until"}}, "q": [[slot, {server limit:
@@ -177,16 +178,39 @@ def hold(
     return state, until
 
 
-def pace(old: Any, now: float, limit: str, remaining: int, reset: float) -> dict[str, Any]:
-    """The server says ``remaining`` units of its ``limit`` are left until ``reset``
-    seconds from ``now``: space the turns that cost it ``reset / remaining`` apart until
-    then, after what the turns already queued cost it, so that no more than
-    ``remaining`` go out before the reset. ``remaining`` 0 is :func:`pause`'s job."""
+def server_gap(remaining: int, reset: float, total: int | None = None) -> float | None:
+    """Seconds between turns, per unit of a server's limit, when ``remaining`` units are
+    left until ``reset`` seconds from now (``None``: no pacing, a pause's job).
+
+    Without the whole limit (``total``), ``reset / remaining``: no more than what
+    remains goes out before the reset. With it, the vendors' bucket refills
+    ``total - remaining`` evenly until the reset, one unit each
+    ``reset / (total - remaining)`` seconds: that spacing never outruns the refill, so
+    the gap is the smaller of the two (a limit nearly used up is not spread over the
+    whole reset: 1 request of 60 left, 59 s to the reset, spaces turns 1 s apart, not
+    59)."""
+    if reset <= 0:
+        return None
+    refill = reset / (total - remaining) if total is not None and total > remaining else None
+    if remaining <= 0:
+        return refill
+    spread = reset / remaining
+    return spread if refill is None else min(spread, refill)
+
+
+def pace(
+    old: Any, now: float, limit: str, remaining: int, reset: float, total: int | None = None
+) -> dict[str, Any]:
+    """The server says ``remaining`` units of its ``limit`` (of ``total``, when it says)
+    are left until ``reset`` seconds from ``now``: space the turns that cost it
+    :func:`server_gap` apart until then, after what the turns already queued cost it.
+    Without ``total``, no more than ``remaining`` go out before the reset, and
+    ``remaining`` 0 is :func:`pause`'s job."""
     state = _state(old)
     _current(state, now)
-    if remaining <= 0 or reset <= 0:
+    gap = server_gap(remaining, reset, total)
+    if gap is None:
         return state
-    gap = reset / remaining
     queued = [(float(slot), float(cost.get(limit, 0))) for slot, cost in state["q"]]
     ahead = sum(cost for _, cost in queued)
     tat = now + ahead * gap
