@@ -42,7 +42,8 @@ Gemma 3 270M, in fresh processes with 1 thread and ``n_ctx=4096``:
   with ``n_seq=4``, and llama-cpp-python's ``Llama(n_ctx=4096)``;
 * the time to first token of a warm turn that goes on from the model's own answer after
   a ~1,000-token prompt, and of the cold first turn, against llama-cpp-python's (same
-  prompt text: rendered by cuca's template, tokenized by each side; medians of 3 runs).
+  prompt text: rendered by cuca's template, tokenized by each side; medians of 3 runs);
+* the decode rate of 200 tokens of a story on each side (medians of 3 runs).
 
 It prints tables and the ratios against the targets. Never part of the test suite;
 the numbers vary with the machine's load, so run it on a quiet machine.
@@ -862,6 +863,58 @@ def shape_turns(
     return result
 
 
+def shape_decode(side: str, name: str) -> dict[str, Any]:
+    """One side's child: decode DECODE_TOKENS tokens of a story on model ``name`` (1
+    thread, N_CTX); tokens per second from the first token to the last."""
+    import trio
+
+    path, template = test_model(name)
+    messages: Messages = [("user", STORY)]
+    if side == "cuca":
+        from cuca.engine import LocalModel, SamplingConfig
+
+        sampling = SamplingConfig(top_k=TOP_K, top_p=TOP_P, seed=SEED)
+        model = LocalModel.load(
+            path, n_ctx=N_CTX, n_threads=1, n_threads_batch=1, sampling=sampling,
+            chat_template=template,
+        )  # fmt: skip
+        trio.run(cuca_turn, model, [("user", "Say hi.")], 4)  # page the weights in
+        start = time.perf_counter()
+        turn = trio.run(cuca_turn, model, messages, DECODE_TOKENS)
+        first, tokens = start + turn["ttft"], turn["tokens"]
+        last = turn["end"]
+    else:
+        from cuca.engine.template import ChatTemplate
+
+        lcp = LlamaCppPythonSide(1, path)
+        chat = ChatTemplate(template, bos_token=lcp.bos_text)
+        lcp.completion(chat.render(cuca_request([("user", "Say hi.")], 4)), 4)
+        text = chat.render(cuca_request(messages, DECODE_TOKENS))
+        prompt = lcp.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        times, finish = [], None
+        chunks = lcp.llm.create_completion(
+            prompt, max_tokens=DECODE_TOKENS, temperature=TEMPERATURE, top_k=TOP_K,
+            top_p=TOP_P, min_p=0.0, seed=SEED, stream=True,
+        )  # fmt: skip
+        for chunk in chunks:
+            times.append(time.perf_counter())
+            finish = chunk["choices"][0]["finish_reason"]  # type: ignore[index]
+        first, last = times[0], times[-1]
+        tokens = DECODE_TOKENS if finish == "length" else None
+    ok = isinstance(tokens, int) and tokens > 1 and last > first
+    return {"tokens": tokens, "decode_tps": (tokens - 1) / (last - first) if ok else None}
+
+
+def run_decode(side: str, name: str) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child-decode", side, name]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
 def run_shape(
     side: str, name: str, n_seq: int | None, warm: bool, settle: bool = False
 ) -> dict[str, Any]:
@@ -918,6 +971,20 @@ def memory() -> None:
             for r in results:
                 if "error" in r:
                     print(f"error in {name} {side}: {r['error']}")
+        decoded: dict[str, list[Any]] = {"cuca": [], "llama-cpp-python": []}
+        for _ in range(RUNS):
+            for side in decoded:
+                decoded[side].append(run_decode(side, name).get("decode_tps"))
+        rates = {
+            side: statistics.median(v) if all(isinstance(x, float) for x in v) else None
+            for side, v in decoded.items()
+        }
+        print(
+            f"{name} decode {DECODE_TOKENS} tokens: cuca {fmt(rates['cuca'])} tok/s, lcp "
+            f"{fmt(rates['llama-cpp-python'])} tok/s "
+            f"({ratio(rates['cuca'], rates['llama-cpp-python'], '', 0)}; medians of {RUNS}; "
+            f"load {os.getloadavg()[0]:.2f})"
+        )
 
 
 if __name__ == "__main__":
@@ -927,6 +994,9 @@ if __name__ == "__main__":
             sys.argv[2], sys.argv[3], n_seq, sys.argv[5] == "True", sys.argv[6] == "True"
         )
         print(json.dumps(shape))
+        sys.exit(0)
+    if len(sys.argv) == 4 and sys.argv[1] == "--child-decode":
+        print(json.dumps(shape_decode(sys.argv[2], sys.argv[3])))
         sys.exit(0)
     if sys.argv[1:2] == ["--memory"]:
         memory()
