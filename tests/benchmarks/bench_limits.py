@@ -37,6 +37,7 @@ from typing import Any
 
 import trio
 from bench_openai_stream import API_KEY, MODEL
+from bench_openai_stream import start_server as serve
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -53,18 +54,12 @@ from cuca import (
 )
 from cuca.store import MemoryStore, RedisStore, SqliteStore, Store
 
-HERE = Path(__file__).resolve().parent
 TURNS = 10
 
 
 def start_server(chunks: int) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "bench_openai_stream.py"), "--serve", str(chunks * 10)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    return process, process.stdout.readline().strip()
+    """The loopback server of bench_openai_stream, streaming ``chunks * 10`` chunks."""
+    return serve(chunks * 10)
 
 
 Turn = Callable[[int], Awaitable[None]]

@@ -13,7 +13,6 @@ pass/fail.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,23 +20,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import trio
-from bench_openai_stream import API_KEY, MODEL
+from bench_openai_stream import API_KEY, MODEL, start_server
 
 from cuca import CucaClient, CucaPlugin, ProviderEndpoint, SessionLog, Text, UnifiedRequest
 
 CHUNKS = 20_000
 ROUNDS = 15
-HERE = Path(__file__).resolve().parent
 
 
-def start_server(chunks: int) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "bench_openai_stream.py"), "--serve", str(chunks)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    return process, process.stdout.readline().strip()
 
 
 def tracer_plugin() -> CucaPlugin:

@@ -164,9 +164,12 @@ async def serve(chunks: int) -> None:
         await trio.sleep_forever()
 
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
+def start_server(chunks: int | None = None) -> tuple[subprocess.Popen[str], str]:
+    """This file's loopback server in a child process, streaming ``chunks`` chunks
+    (``--chunks``' figure by default), and its URL; the other benchmarks use it too."""
+    count = CHUNKS if chunks is None else chunks
     process = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(CHUNKS)], stdout=subprocess.PIPE, text=True
+        [sys.executable, __file__, "--serve", str(count)], stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     return process, process.stdout.readline().strip()

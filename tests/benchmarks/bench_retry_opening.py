@@ -15,28 +15,16 @@ the difference within a round. Never part of pass/fail.
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import trio
-from bench_openai_stream import API_KEY, MODEL
+from bench_openai_stream import API_KEY, MODEL, start_server
 
 from cuca import CucaClient, ProviderEndpoint, RetryPolicy, Text, UnifiedRequest
 
-HERE = Path(__file__).resolve().parent
 CASES = [(10, 200, 15), (20_000, 1, 9)]  # chunks, turns per round, rounds
 
 
-def start_server(chunks: int) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "bench_openai_stream.py"), "--serve", str(chunks)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    return process, process.stdout.readline().strip()
 
 
 async def turns(url: str, chunks: int, count: int, policy: RetryPolicy) -> float:
