@@ -450,43 +450,54 @@ async def test_model_thinking_on_a_model_that_cannot_reason_is_refused(
         await run_turn(model, request)
 
 
-Outcome = tuple[list[Any], TurnSummary | None]
+Outcome = tuple[list[Any], TurnSummary | None, list[str]]
+
+
+async def observed_turn(model: LocalModel, request: UnifiedRequest, seen: list[str]) -> Outcome:
+    """A turn's items, summary and the logits its tokens were sampled from."""
+    seen.clear()
+    items, summary = await run_turn(model, request)
+    return items, summary, list(seen)
 
 
 async def warm_and_cold(
-    first: UnifiedRequest, follow_up: str, name: str = "smollm2", **options: Any
+    first: UnifiedRequest, follow_up: str, seen: list[str], name: str = "smollm2", **options: Any
 ) -> tuple[TurnSummary | None, Outcome, Outcome]:
     """A conversation's second turn on the model that ran its first (warm), and alone on
-    a fresh model (cold): the first turn's summary, then each second turn's items and
-    summary."""
+    a fresh model (cold): the first turn's summary, then each second turn's items,
+    summary and logits (``seen``: the ``logits_seen`` fixture)."""
     with load(name, **options) as warm:
         items, first_summary = await run_turn(warm, first)
         second = first.add_assistant_message(text_of(items)).add_user_message(follow_up)
-        warm_outcome = await run_turn(warm, second)
+        warm_outcome = await observed_turn(warm, second, seen)
     with load(name, **options) as cold:
-        cold_outcome = await run_turn(cold, second)
+        cold_outcome = await observed_turn(cold, second, seen)
     return first_summary, warm_outcome, cold_outcome
 
 
 @pytest.mark.parametrize(
     ("name", "temperature"), [("smollm2", None), ("smollm2", 0.0), ("gemma3", None)]
 )
-async def test_model_warm_output_equals_cold_output(name: str, temperature: float | None) -> None:
+async def test_model_warm_output_equals_cold_output(
+    name: str, temperature: float | None, logits_seen: list[str]
+) -> None:
     """Bit for bit, the answer's tokens included: evaluated alone while generated, they
     are reused, because a cold prefill evaluates the assistant's text alone too (see
     cuca.engine.rows)."""
     first = ask("Tell me about the moon.", max_tokens=24, temperature=temperature)
-    first_summary, (warm_items, warm_summary), (cold_items, cold_summary) = await warm_and_cold(
-        first, "And the sun?", name
-    )
+    first_summary, warm, cold = await warm_and_cold(first, "And the sun?", logits_seen, name)
+    (warm_items, warm_summary, warm_logits), (cold_items, cold_summary, cold_logits) = warm, cold
     first_prompt, _, _, completion = usage_of(first_summary)
     assert usage_of(warm_summary)[1] >= first_prompt + completion - 1
     assert usage_of(cold_summary)[1] == 0
+    assert warm_logits == cold_logits
     assert text_of(warm_items) == text_of(cold_items)
     assert usage_of(warm_summary)[3] == usage_of(cold_summary)[3]
 
 
-async def third_turn(name: str, first: UnifiedRequest) -> tuple[int, Outcome, Outcome]:
+async def third_turn(
+    name: str, first: UnifiedRequest, seen: list[str]
+) -> tuple[int, Outcome, Outcome]:
     """A conversation's third turn warm (after its first two) and cold: the tokens the
     second turn ended with (prompt and answer), then each third turn's outcome."""
     request, summary = first, None
@@ -494,27 +505,28 @@ async def third_turn(name: str, first: UnifiedRequest) -> tuple[int, Outcome, Ou
         for follow_up in ("Another one?", "And a vegetable?"):
             items, summary = await run_turn(warm, request)
             request = request.add_assistant_message(text_of(items)).add_user_message(follow_up)
-        warm_outcome = await run_turn(warm, request)
+        warm_outcome = await observed_turn(warm, request, seen)
     with load(name) as cold:
-        cold_outcome = await run_turn(cold, request)
+        cold_outcome = await observed_turn(cold, request, seen)
     prompt, _, _, completion = usage_of(summary)
     return prompt + completion, warm_outcome, cold_outcome
 
 
 @pytest.mark.parametrize("name", MODELS)
-async def test_model_third_turn_warm_equals_cold(name: str) -> None:
+async def test_model_third_turn_warm_equals_cold(name: str, logits_seen: list[str]) -> None:
     """A cold prompt carrying two earlier answers replays both one token per step, and
     gives the warm conversation's bits."""
-    held, (warm_items, warm_summary), (cold_items, _) = await third_turn(
-        name, ask("Name a fruit.", max_tokens=10)
+    held, (warm_items, warm_summary, warm_logits), (cold_items, _, cold_logits) = await third_turn(
+        name, ask("Name a fruit.", max_tokens=10), logits_seen
     )
     assert usage_of(warm_summary)[1] >= held - 1
+    assert warm_logits == cold_logits
     assert text_of(warm_items) == text_of(cold_items)
     assert usage_of(warm_summary)[3] > 0
 
 
 @pytest.mark.slow
-async def test_model_past_the_sliding_window_warm_equals_cold() -> None:
+async def test_model_past_the_sliding_window_warm_equals_cold(logits_seen: list[str]) -> None:
     """Gemma 3 attends to a window of 512 tokens in most layers (an iSWA cache). The
     engine asks llama.cpp for a full-size window cache, so a conversation longer than
     the window keeps its whole prefix: the third turn reads everything the second left
@@ -522,42 +534,46 @@ async def test_model_past_the_sliding_window_warm_equals_cold() -> None:
     system = "The archive holds letters, ledgers and maps, sorted by year. " * 36
     first = UnifiedRequest.new("m").add_system_message(system)
     first = first.add_user_message("What does the archive hold?").set_max_tokens(8)
-    held, (warm_items, warm_summary), (cold_items, cold_summary) = await third_turn(
-        "gemma3", first
-    )
+    held, warm, cold = await third_turn("gemma3", first, logits_seen)
+    (warm_items, warm_summary, warm_logits), (cold_items, cold_summary, cold_logits) = warm, cold
     assert held > 512  # past the window
     assert usage_of(warm_summary)[1] >= held - 1  # read_tokens: what was really reused
     assert usage_of(cold_summary)[1] == 0
+    assert warm_logits == cold_logits
     assert text_of(warm_items) == text_of(cold_items)
 
 
 async def test_model_an_answer_not_found_in_the_prompt_is_prefilled_again(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, logits_seen: list[str]
 ) -> None:
     """When the engine cannot find an earlier answer in the prompt text, it does not
     reuse the tokens generation evaluated for it (a cold prefill would evaluate them
     with their neighbours): the warm turn is slower, and still exact."""
     monkeypatch.setattr(model_module, "message_spans", lambda text, messages, opening="": [])
     first = ask("Tell me about the moon.", max_tokens=24)
-    first_summary, (warm_items, warm_summary), (cold_items, _) = await warm_and_cold(
-        first, "And the sun?"
-    )
+    first_summary, warm, cold = await warm_and_cold(first, "And the sun?", logits_seen)
+    (warm_items, warm_summary, warm_logits), (cold_items, _, cold_logits) = warm, cold
+    assert warm_logits == cold_logits
     assert text_of(warm_items) == text_of(cold_items)
     assert usage_of(warm_summary)[1] == usage_of(first_summary)[0]  # up to the answer
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("threads_batch", [1, 2])
-async def test_model_warm_output_equals_cold_output_past_512_tokens(threads_batch: int) -> None:
+async def test_model_warm_output_equals_cold_output_past_512_tokens(
+    threads_batch: int, logits_seen: list[str]
+) -> None:
     """Past 512 tokens of context, with one or two threads for steps of several rows:
     the thread count never changes a row's bits."""
     system = "The archive holds letters, ledgers and maps, sorted by year. " * 50
     first = ask("What does the archive hold?", max_tokens=16)
     first = UnifiedRequest.new("m").add_system_message(system).add_message(first.messages[0])
     first = first.set_max_tokens(16)
-    _, (warm_items, warm_summary), (cold_items, cold_summary) = await warm_and_cold(
-        first, "Sorted how?", n_threads_batch=threads_batch
+    _, warm, cold = await warm_and_cold(
+        first, "Sorted how?", logits_seen, n_threads_batch=threads_batch
     )
+    (warm_items, warm_summary, warm_logits), (cold_items, cold_summary, cold_logits) = warm, cold
+    assert warm_logits == cold_logits
     assert usage_of(warm_summary)[0] > 512
     assert usage_of(warm_summary)[1] > 512
     assert usage_of(cold_summary)[1] == 0
