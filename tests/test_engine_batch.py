@@ -4,6 +4,9 @@ usage and warm history (real SmolLM2-135M GGUF; the batching claims also on Gemm
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -13,10 +16,41 @@ from support.models import MODELS, load_model
 
 from cuca.client import CucaClient
 from cuca.engine import LocalModel, SamplingConfig
+from cuca.engine import backend as backend_module
 from cuca.types import ProviderEndpoint, Text, UnifiedRequest
 
 SEED = 4321
 ARCHIVE = "The archive keeps letters, ledgers and maps, each box labelled by year and town. " * 6
+
+
+_SAMPLED: list[list[str]] = []
+"""For each sampler chain, in the order they were made (one per turn): the logits each
+of its tokens was drawn from, hashed. Equal outputs bit for bit means equal lists."""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _record_logits() -> Iterator[None]:
+    original = backend_module.Sampler.sample
+
+    def sample(self: backend_module.Sampler, row: int) -> int:
+        ll, ctx = self._ll, self._ctx
+        n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(ll.llama_get_model(ctx)))
+        data = ctypes.string_at(ll.llama_get_logits_ith(ctx, row), 4 * n_vocab)
+        if not hasattr(self, "_test_trace"):
+            self._test_trace: list[str] = []
+            _SAMPLED.append(self._test_trace)
+        self._test_trace.append(hashlib.sha256(data).hexdigest())
+        return original(self, row)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(backend_module.Sampler, "sample", sample)
+        yield
+
+
+def logits_since(mark: int) -> list[tuple[str, ...]]:
+    """The logits of the turns sampled since ``len(_SAMPLED)`` was ``mark``, sorted (turns
+    that ran together are compared as a set with the same turns alone)."""
+    return sorted(tuple(trace) for trace in _SAMPLED[mark:])
 
 
 def load(name: str = "smollm2", **kwargs: Any) -> LocalModel:
@@ -83,16 +117,18 @@ FOUR = [
 
 
 _ALONE: dict[str, list[Outcome]] = {}
+_ALONE_LOGITS: dict[str, list[tuple[str, ...]]] = {}
 
 
 async def alone_on(name: str) -> list[Outcome]:
-    """Each of FOUR on a cold model ``name`` of its own, one at a time (once a session)."""
+    """Each of FOUR on a cold model ``name`` of its own, one at a time (once a session);
+    their logits in ``_ALONE_LOGITS``."""
     if name not in _ALONE:
-        outcomes = []
+        outcomes, mark = [], len(_SAMPLED)
         for request in FOUR:
             with load(name, n_seq=1) as model:
                 outcomes.append(await run(model, request))
-        _ALONE[name] = outcomes
+        _ALONE[name], _ALONE_LOGITS[name] = outcomes, logits_since(mark)
     return _ALONE[name]
 
 
@@ -105,11 +141,14 @@ def alone() -> list[Outcome]:
 @pytest.mark.parametrize("name", MODELS)
 async def test_batch_four_concurrent_turns_equal_each_alone(name: str) -> None:
     alone = await alone_on(name)
+    mark = len(_SAMPLED)
     with load(name, n_seq=4) as model:
         together = await run_together(model, FOUR)
         assert model.peak_concurrency == 4  # the four advanced in the same steps
+    assert len(logits_since(mark)) == 4 and all(logits_since(mark))  # one trace per turn
+    assert logits_since(mark) == _ALONE_LOGITS[name]  # bit for bit
     for mine, theirs in zip(together, alone, strict=True):
-        assert mine == theirs  # text, exact usage and finish reason, bit for bit
+        assert mine == theirs  # text, exact usage and finish reason
     assert len({outcome.completion for outcome in together}) > 1
     assert all(outcome.read == 0 for outcome in together)  # all were cold
 
@@ -127,13 +166,15 @@ async def test_batch_turns_replaying_answers_equal_each_alone() -> None:
         replayed("Count to five.", "One, two, three, four, five.", "Now to ten.", 16),
         FOUR[0],
     ]
-    alone_outcomes = []
+    alone_outcomes, mark = [], len(_SAMPLED)
     for request in requests:
         with load(n_seq=1) as model:
             alone_outcomes.append(await run(model, request))
+    alone_logits, mark = logits_since(mark), len(_SAMPLED)
     with load(n_seq=3) as model:
         together = await run_together(model, requests)
         assert model.peak_concurrency == 3
+    assert logits_since(mark) == alone_logits
     assert together == alone_outcomes
 
 
@@ -142,11 +183,14 @@ async def test_batch_prompts_of_one_length_prefill_in_one_step_and_equal_each_al
     with load(n_seq=2) as model:
         lengths = {len(model.tokenize_prompt(request)) for request in requests}
         assert len(lengths) == 1  # their chunks go in the same steps
+        mark = len(_SAMPLED)
         together = await run_together(model, requests)
+    together_logits, mark = logits_since(mark), len(_SAMPLED)
     alone_outcomes = []
     for request in requests:
         with load(n_seq=1) as model:
             alone_outcomes.append(await run(model, request))
+    assert logits_since(mark) == together_logits
     assert together == alone_outcomes
 
 
