@@ -62,7 +62,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,10 +177,13 @@ class LlamaCppPythonSide:
         bos = self.llm.token_bos()
         self.bos_text = self.llm._model.token_get_text(bos) if bos >= 0 else ""
 
-    def completion(self, text: str, max_tokens: int) -> dict[str, Any]:
+    def completion(self, text: str | Callable[[], str], max_tokens: int) -> dict[str, Any]:
         """A streamed completion of a rendered prompt (tokenized with its control
-        tokens, nothing added): time to first piece, and the text."""
+        tokens, nothing added): time to first piece, and the text. ``text`` may be the
+        function that renders it: the rendering is then timed too, as cuca's turn times
+        its own (a user of llama-cpp-python renders the conversation each turn)."""
         start = time.perf_counter()
+        text = text() if callable(text) else text
         prompt = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
         first, pieces = None, []
         chunks = self.llm.create_completion(
@@ -849,8 +852,7 @@ def shape_turns(
         chat = ChatTemplate(template, bos_token=lcp.bos_text)
 
         def run(messages: Messages, tokens: int) -> dict[str, Any]:
-            text = chat.render(cuca_request(messages, tokens))
-            return lcp.completion(text, tokens)
+            return lcp.completion(lambda: chat.render(cuca_request(messages, tokens)), tokens)
 
     opening = run(first, 24 if warm else 8)
     result["cold_ttft"] = opening["ttft"]
