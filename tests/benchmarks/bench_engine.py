@@ -662,15 +662,21 @@ def busy_machine_decode() -> dict[int, dict[str, Any]]:
         spinner.wait()
 
 
-def run_child(side: str, task: str, threads: int) -> dict[str, Any]:
-    """One measurement in a fresh interpreter; its JSON result, or ``{"error": ...}``."""
-    command = [sys.executable, __file__, "--child", side, task, str(threads)]
+def child_json(*args: str) -> dict[str, Any]:
+    """Run this file with ``args`` in a fresh interpreter (one measurement, its own
+    process); the JSON result it prints last, or ``{"error": ...}``."""
+    command = [sys.executable, __file__, *args]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def run_child(side: str, task: str, threads: int) -> dict[str, Any]:
+    """One measurement in a fresh interpreter; its JSON result, or ``{"error": ...}``."""
+    return child_json("--child", side, task, str(threads))
 
 
 def median_child(side: str, task: str, threads: int) -> dict[str, Any]:
@@ -908,26 +914,13 @@ def shape_decode(side: str, name: str) -> dict[str, Any]:
 
 
 def run_decode(side: str, name: str) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child-decode", side, name]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return child_json("--child-decode", side, name)
 
 
 def run_shape(
     side: str, name: str, n_seq: int | None, warm: bool, settle: bool = False
 ) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child-shape", side, name, str(n_seq), str(warm)]
-    command.append(str(settle))
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return child_json("--child-shape", side, name, str(n_seq), str(warm), str(settle))
 
 
 def memory() -> None:
