@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -15,7 +14,7 @@ import pydantic
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.partials import consistent
+from support.partials import Batches, consistent
 from support.wire_replies import FAMILIES, TEXT_FAMILIES, Family
 
 from cuca import ConfigurationError, Text, UnifiedRequest
@@ -75,18 +74,6 @@ class Forecast:
     city: str
     celsius: float
     tags: list[str]
-
-
-class Batches:
-    """A stream's batches from a list, as ResponseStream.receive_batch gives them."""
-
-    def __init__(self, batches: Sequence[Sequence[Any]]) -> None:
-        self.batches = list(batches)
-
-    async def receive_batch(self) -> Sequence[Any]:
-        if not self.batches:
-            raise StopAsyncIteration
-        return self.batches.pop(0)
 
 
 @given(st.data())

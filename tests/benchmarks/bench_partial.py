@@ -17,11 +17,16 @@ grows with the answer: the figures are given for two sizes. Never pass/fail.
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for support
+
+from support.partials import Batches
 
 from cuca import CucaClient, ProviderEndpoint, Text, UnifiedRequest
 from cuca.partial import Partials
@@ -40,16 +45,6 @@ def answer(records: int) -> str:
 
 def blocks(text: str) -> list[str]:
     return [text[i : i + 4] for i in range(0, len(text), 4)]
-
-
-class Batches:
-    def __init__(self, batches: Sequence[Sequence[Any]]) -> None:
-        self.batches = list(batches)
-
-    async def receive_batch(self) -> Sequence[Any]:
-        if not self.batches:
-            raise StopAsyncIteration
-        return self.batches.pop(0)
 
 
 async def best(run: Callable[[], Awaitable[None]]) -> float:

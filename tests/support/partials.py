@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -19,3 +20,15 @@ def consistent(part: Any, final: Any) -> bool:
             and all(consistent(a, b) for a, b in zip(part, final, strict=False))
         )
     return type(part) is type(final) and part == final
+
+
+class Batches:
+    """A stream's batches from a list, as ResponseStream.receive_batch gives them."""
+
+    def __init__(self, batches: Sequence[Sequence[Any]]) -> None:
+        self.batches = list(batches)
+
+    async def receive_batch(self) -> Sequence[Any]:
+        if not self.batches:
+            raise StopAsyncIteration
+        return self.batches.pop(0)
