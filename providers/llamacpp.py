@@ -55,7 +55,10 @@ __all__ = [
     "make_llama_cpp",
 ]
 
-LLAMA_CPP = Dialect(ProviderEndpoint.LLAMA_CPP)
+# llama-server ends every streamed answer by closing the connection, unannounced (its
+# chunk provider returns false after the last chunk, which cpp-httplib takes for a
+# failed write); see docs/providers/llama-cpp.md
+LLAMA_CPP = Dialect(ProviderEndpoint.LLAMA_CPP, closes_after_stream=True)
 DEFAULT_N_PREDICT = 128
 _PROVIDER = "llama_cpp"
 
@@ -225,7 +228,8 @@ class LlamaCompletionAdapter(ProviderAdapter):
         body["model"] = config.model or request.model
         if request.output_schema is not None:
             body["json_schema"] = dict(request.output_schema.schema)
-        return HttpRequest(self.url, bearer_headers(self._api_key, True), body)
+        # always streamed, and llama-server closes the connection after a stream
+        return HttpRequest(self.url, bearer_headers(self._api_key, True, close=True), body)
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
         return _StreamedOrWhole()

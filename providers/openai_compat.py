@@ -77,7 +77,10 @@ class Dialect:
     to it fails before any I/O; any other host (a proxy, a local server) is sent no
     auth header. ``structured`` is how an output schema is asked for: ``"json_schema"``
     (``response_format`` with the schema) or ``"json_object"`` (JSON mode, the schema in
-    a system message).
+    a system message). ``closes_after_stream`` says the server closes the connection
+    once a streamed answer ends without announcing it (``Connection: close`` is never
+    sent back): a streamed request then asks for the close itself, so the connection
+    never goes back to the pool, where the next turn would race the server's close.
     """
 
     endpoint: ProviderEndpoint
@@ -86,6 +89,7 @@ class Dialect:
     echo_reasoning: Literal["always", "tool_turns"] = "always"
     key_host: str | None = None
     structured: Literal["json_schema", "json_object"] = "json_schema"
+    closes_after_stream: bool = False
 
     @property
     def name(self) -> str:
@@ -247,13 +251,18 @@ def require_key(dialect: Dialect, url: str, api_key: str | None) -> None:
         raise ConfigurationError(f"{dialect.name} requires an API key at {key_host}: {hint}")
 
 
-def bearer_headers(api_key: str | None, stream: bool = True) -> dict[str, str]:
+def bearer_headers(
+    api_key: str | None, stream: bool = True, close: bool = False
+) -> dict[str, str]:
     """JSON-in, event-stream-out headers (JSON out when not ``stream``), with a bearer
-    token only when a key is set."""
+    token only when a key is set, and ``Connection: close`` when ``close`` (for a
+    server whose :attr:`Dialect.closes_after_stream`)."""
     accept = "text/event-stream" if stream else "application/json"
     headers = {"content-type": "application/json", "accept": accept}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
+    if close:
+        headers["connection"] = "close"
     return headers
 
 
@@ -281,7 +290,8 @@ class OpenAiCompatAdapter(ProviderAdapter):
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         require_key(self.dialect, self.url, self._api_key)
         body = encode_body(self.dialect, request, self._model or request.model)
-        return HttpRequest(self.url, bearer_headers(self._api_key, request.stream), body)
+        close = request.stream and self.dialect.closes_after_stream
+        return HttpRequest(self.url, bearer_headers(self._api_key, request.stream, close), body)
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
         decoder = ChatCompletionsDecoder(self.dialect.name, self.dialect.endpoint)

@@ -53,6 +53,7 @@ class ChatDialect(TypedDict, total=False):
     echo_reasoning: Literal["always", "tool_turns"]
     key_host: str
     structured: Literal["json_schema", "json_object"]
+    closes_after_stream: bool
 
 
 @attrs.frozen

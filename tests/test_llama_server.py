@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 from support.corpus import TEMPLATES, template_corpus
 from support.llama_server import LlamaServer, running_llama_server
 
@@ -86,6 +87,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
     def __init__(self, extra: dict[str, Any] | None = None) -> None:
         self._inner = httpx.AsyncHTTPTransport()
         self.bodies: list[bytearray] = []
+        self.closes: list[bool] = []  # whether each request asked for Connection: close
         self.extra = extra or {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -93,6 +95,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
             body = {**json.loads(request.content), **self.extra}
             headers = {k: v for k, v in request.headers.items() if k != "content-length"}
             request = httpx.Request(request.method, request.url, headers=headers, json=body)
+        self.closes.append(request.headers.get("connection") == "close")
         response = await self._inner.handle_async_request(request)
         record = bytearray()
         self.bodies.append(record)
@@ -255,6 +258,62 @@ async def test_llama_server_completion_non_streamed_request_streams(
             streamed = await client.generate(request)
     assert [len(server_frames(bytes(b))) > 1 for b in transport.bodies] == [True, True]
     assert single.text == streamed.text != ""
+
+
+@pytest.mark.parametrize("path", ["/completion", "/v1/chat/completions"])
+async def test_llama_server_closes_the_connection_after_a_stream_unannounced(
+    llama_server: LlamaServer, path: str
+) -> None:
+    """What ``Dialect.closes_after_stream`` is for, pinned on the real server: asked to
+    keep the connection, it ends a streamed answer with its last chunk and no
+    ``Connection: close``, then closes the socket. (If a llama-server build stops
+    doing so, this fails, and the header cuca sends on its streams can go.)"""
+    host, port = llama_server.url.removeprefix("http://").split(":")
+    body = json.dumps(
+        {"prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+        | {"n_predict": 2, "max_tokens": 2}
+    ).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: keep-alive\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        await stream.send_all(head.encode() + body)
+        received = b""
+        with trio.fail_after(60):
+            while not received.endswith(b"\r\n0\r\n\r\n"):
+                chunk = await stream.receive_some(65536)
+                assert chunk, "closed before the last chunk"
+                received += chunk
+            after = await stream.receive_some(65536)
+    response_head = received.partition(b"\r\n\r\n")[0].lower()
+    assert response_head.startswith(b"http/1.1 200")
+    assert b"transfer-encoding: chunked" in response_head
+    assert b"connection: close" not in response_head
+    assert after == b""  # closed by the server, the client having asked to keep it
+
+
+async def test_llama_server_back_to_back_streamed_turns_on_one_client(
+    llama_server: LlamaServer,
+) -> None:
+    """Ten streamed turns sent the moment the one before ends, on one client: every one
+    is answered (each asked for the close the server makes anyway)."""
+    transport = RecordingTransport()
+    async with httpx.AsyncClient(transport=transport, timeout=None) as http:
+        for route in (LlamaRoute.COMPLETION, LlamaRoute.CHAT):
+            config = LlamaCppConfig(route=route)
+            client = CucaClient(
+                ProviderEndpoint.LLAMA_CPP,
+                base_url=llama_server.url,
+                provider_config=config,
+                http_client=http,
+            )
+            async with client:
+                for _ in range(5):
+                    assert (await client.generate(prompt("Name a colour.", 2))).text
+    assert len(transport.bodies) == 10
+    assert transport.closes == [True] * 10
 
 
 async def test_llama_server_completion_default_n_predict(llama_server: LlamaServer) -> None:

@@ -35,6 +35,7 @@ from cuca import (
     UnifiedResponse,
 )
 from cuca.errors import ProviderError
+from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
 from cuca.retry import RetryPolicy as Policy
 from cuca.stages.opening import Opening
 from cuca.stages.sse import SseEvent
@@ -108,6 +109,12 @@ def llamacpp_error(kind: str) -> bytes:
     return sse(role) + b": ping\n\n" + sse(error)
 
 
+def completion_error(kind: str) -> bytes:
+    """llama-server's ``/completion`` route: an error frame as the first frame."""
+    code = {"server_error": 500, "unavailable_error": 503, "invalid_request_error": 400}[kind]
+    return sse({"error": {"code": code, "message": f"{kind} says no", "type": kind}})
+
+
 @attrs.frozen
 class Backend:
     """A provider with in-stream errors: how its server says "overloaded", "rate
@@ -159,6 +166,17 @@ BACKENDS = {
         llamacpp_error("invalid_request_error"),
         transcript("llama_cpp/chat_text"),
         transcript("llama_cpp/chat_error"),
+    ),
+    "llama_cpp_completion": Backend(
+        ProviderEndpoint.LLAMA_CPP,
+        "qwen3",
+        completion_error("unavailable_error"),
+        completion_error("invalid_request_error"),
+        transcript("llama_cpp/completion"),
+        transcript("llama_cpp/completion").split(b"\n\n")[0]
+        + b"\n\n"
+        + completion_error("server_error"),
+        config=LlamaCppConfig(route=LlamaRoute.COMPLETION),
     ),
     "openai_responses": Backend(
         ProviderEndpoint.OPENAI,
