@@ -13,8 +13,11 @@ until the reset).
 Both vendors refill a limit continuously (a token bucket: the reset is when it is whole
 again), so with the limit known, ``limit - remaining`` come back evenly until the reset:
 a request limit used up pauses only until one request is back (``reset / limit``), not
-until the whole reset. A token limit used up still pauses until its reset: what the
-next turn needs of it is not known here.
+until the whole reset. A token limit (``tokens``, ``input-tokens``) used up, with its
+size sent, is not a pause: the limiter's pacing makes each turn wait for its own tokens
+to come back (what a turn needs of it is known only there). Without its size, and for
+``output-tokens`` (a turn's output is not known before it ends), it pauses until the
+reset.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from cuca.retry import parse_retry_after
 __all__ = ["RateLimitHint", "parse_duration", "rate_limit_hint"]
 
 _LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
+# limits every turn is charged on by the limiter's pacing (cuca.limits.limiter), so one
+# used up is waited out turn by turn, by each turn's cost, instead of paused for
+_PACED_WHEN_OWED = ("tokens", "input-tokens")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -76,6 +82,8 @@ def rate_limit_hint(
             if wait is not None:
                 resets[limit] = wait
             if left <= 0 and wait is not None:
+                if limit in totals and limit in _PACED_WHEN_OWED:
+                    continue  # the limiter's pacing: each turn waits for its own tokens
                 refilled = limit == "requests" and limit in totals
                 pauses.append(wait / totals[limit] if refilled else wait)
     retry_after = parse_retry_after(lowered.get("retry-after"), current)

@@ -390,7 +390,8 @@ def test_rate_limit_hint_reads_vendor_headers() -> None:
 def test_rate_limit_hint_reads_the_whole_limit() -> None:
     """With the limit's size sent too, a request limit used up pauses only until one
     request is back (OpenAI: 60 a minute, 0 left, whole again in 30 s: 0.5 s); a token
-    limit used up still pauses until its reset."""
+    limit used up is left to the pacing (each turn waits for its own tokens), not
+    paused for; output tokens, which no turn is charged before it ends, still pause."""
     hint = rate_limit_hint([("x-ratelimit-limit-requests", "60"),
                             ("x-ratelimit-remaining-requests", "0"),
                             ("x-ratelimit-reset-requests", "30s"),
@@ -406,8 +407,17 @@ def test_rate_limit_hint_reads_the_whole_limit() -> None:
                             ("anthropic-ratelimit-input-tokens-remaining", "0"),
                             ("anthropic-ratelimit-input-tokens-reset", "2026-01-01T00:00:10Z")],
                            now=1767225600.0)
-    assert hint is not None and hint.pause == pytest.approx(10.0)  # the tokens' reset
+    assert hint is not None and hint.pause == pytest.approx(1.2)  # one request back
     assert hint.limits == {"requests": 50, "input-tokens": 40000}
+    assert hint.remaining["input-tokens"] == 0 and hint.resets["input-tokens"] == 10.0
+    hint = rate_limit_hint([("anthropic-ratelimit-output-tokens-limit", "8000"),
+                            ("anthropic-ratelimit-output-tokens-remaining", "0"),
+                            ("anthropic-ratelimit-output-tokens-reset", "2026-01-01T00:00:10Z")],
+                           now=1767225600.0)
+    assert hint is not None and hint.pause == pytest.approx(10.0)
+    hint = rate_limit_hint([("x-ratelimit-remaining-tokens", "0"),
+                            ("x-ratelimit-reset-tokens", "6s")])  # no size: the reset
+    assert hint is not None and hint.pause == 6.0
     hint = rate_limit_hint([("x-ratelimit-limit-requests", "0"),
                             ("x-ratelimit-remaining-requests", "0"),
                             ("x-ratelimit-reset-requests", "2s")])
@@ -514,6 +524,54 @@ def test_window_pace_spreads_what_remains_until_the_reset() -> None:
     assert after.wait == 0  # past the reset: the pacing is gone
 
 
+def test_window_pace_owed_tokens_wait_for_each_turns_own_cost() -> None:
+    """0 tokens left of 10,000, whole again in 60 s (166.7 a second): a turn of 500
+    waits 3 s for its tokens, the next 500 another 3 s, one of 2,000 12 s more; a turn
+    whose tokens would come back after the reset goes at the reset; a turn that costs
+    the limit nothing is not held."""
+    state = window.pace(None, 100.0, "tokens", 0, 60.0, 10_000)
+    slots = []
+    for cost in (500, 500, 2000):
+        state, reservation = window.reserve(state, 100.0, {}, None, server={"tokens": cost})
+        slots.append(100.0 + reservation.wait)
+    assert slots == pytest.approx([103.0, 106.0, 118.0])
+    _, big = window.reserve(state, 100.0, {}, None, server={"tokens": 9000})
+    assert 100.0 + big.wait == pytest.approx(160.0)
+    _, free = window.reserve(state, 100.0, {}, None, server={"requests": 1})
+    assert free.wait == 0
+    cancelled, _ = window.refund(state, {}, slots[-1], {"tokens": 2000})
+    _, again = window.reserve(cancelled, 100.0, {}, None, server={"tokens": 2000})
+    assert 100.0 + again.wait == pytest.approx(118.0)  # the refunded place, taken again
+
+
+@given(
+    total=st.integers(1, 100_000),
+    reset=st.floats(0.01, 120),
+    costs=st.lists(st.integers(1, 5_000), min_size=1, max_size=40),
+)
+def test_window_owed_tokens_never_outrun_the_refill(
+    total: int, reset: float, costs: list[int]
+) -> None:
+    """A token bucket of ``total`` found empty, whole again in ``reset`` s: turns of any
+    cost that ask at once, paced from those headers, never take more than has come back
+    by the time each goes, before the reset."""
+    hint = rate_limit_hint([("x-ratelimit-limit-tokens", str(total)),
+                            ("x-ratelimit-remaining-tokens", "0"),
+                            ("x-ratelimit-reset-tokens", f"{reset}s")])
+    assert hint is not None and hint.pause is None
+    state = window.pace(None, 0.0, "tokens", 0, hint.resets["tokens"], total)
+    went = []
+    for cost in costs:
+        state, reservation = window.reserve(state, 0.0, {}, None, server={"tokens": cost})
+        went.append((reservation.wait, cost))
+    rate = total / hint.resets["tokens"]
+    taken = 0
+    for slot, cost in sorted(went):
+        taken += cost
+        if slot < hint.resets["tokens"] - 1e-6:
+            assert taken <= rate * slot + 1e-6 * total, f"{taken} taken by {slot:.4f} s"
+
+
 def test_window_pace_counts_the_turns_already_queued() -> None:
     """Three turns already wait (a configured 60/min); the server then says 3 remain
     until a reset in 9 s: those three are what remains, the fourth waits for the reset."""
@@ -600,6 +658,36 @@ def test_window_pacing_never_sends_more_than_the_server_said_remain(
             f"{len(went)} new turns went between {set_at} and {end}, with {queued} queued; "
             f"the server said {left} remain"
         )
+
+
+async def test_rate_limiter_owed_tokens_hold_a_turn_for_its_own_tokens_only(
+    autojump_clock: MockClock,
+) -> None:
+    """The server's answer says no tokens are left of 10,000 a minute, whole again in
+    60 s: the next turn (its prompt estimate and its 64 max_tokens) waits for those
+    tokens to come back, about half a second, not for the whole minute."""
+    headers = [("content-type", "text/event-stream"),
+               ("x-ratelimit-limit-tokens", "10000"),
+               ("x-ratelimit-remaining-tokens", "0"),
+               ("x-ratelimit-reset-tokens", "1m0s")]
+    times: list[float] = []
+
+    def answer(request: Any) -> Reply:
+        times.append(trio.current_time())
+        return Reply(transcript("openai/text"), headers=headers)
+
+    # a clock that moves on at each look, as a real one does (trio's mock clock stands
+    # still while a turn runs on loopback: the first turn would still count as queued
+    # when its own answer is read, and be paid for twice)
+    ticks = itertools.count()
+    clock = lambda: trio.current_time() + next(ticks) * 1e-6  # noqa: E731
+    limiter = RateLimiter(requests_per_minute=600, clock=clock)
+    async with open_replay_server(answer) as server:
+        async with client(server.url, limiter, retry=RetryPolicy.never()) as c:
+            await c.generate(REQUEST)
+            await c.generate(REQUEST)
+    cost = estimate_tokens(REQUEST) + 64
+    assert times[1] - times[0] == pytest.approx(cost * 60 / 10_000, abs=0.01)
 
 
 class FixedWindow:

@@ -55,12 +55,13 @@ class RateLimiter:
     The server steers it: a 429 with ``Retry-After`` (one the client's retry absorbed
     too: every attempt's headers reach the limiter), and the vendors' rate-limit
     headers saying a limit is used up until its reset, pause every turn that shares the
-    limiter; headers saying ``n`` remain until a reset ``t`` seconds away space the
-    next turns ``t / n`` apart until then, or as the server's bucket refills when the
-    headers give the whole limit too (:func:`cuca.limits.window.server_gap`); a resend
-    waits for the pause and takes a request's place. ``store``
-    shares it between processes (``SqliteStore``, ``RedisStore``; in memory by
-    default) under ``key``; ``fail_open=True`` admits
+    limiter (a token limit whose size they give is waited out turn by turn instead,
+    each turn until its own tokens are back); headers saying ``n`` remain until a
+    reset ``t`` seconds away space the next turns ``t / n`` apart until then, or as
+    the server's bucket refills when the headers give the whole limit too
+    (:func:`cuca.limits.window.server_gap`); a resend waits for the pause and takes a
+    request's place. ``store`` shares it between processes (``SqliteStore``,
+    ``RedisStore``; in memory by default) under ``key``; ``fail_open=True`` admits
     turns when the store is down instead of failing them with
     :class:`~cuca.errors.StoreError`. ``clock`` is the wall clock (``time.time``).
     """

@@ -116,8 +116,11 @@ def reserve(
         moved[bucket.name] = new_tat
     paced = state["s"]
     for name, entry in paced.items():
-        if server.get(name, 0) > 0:  # once the budget is spent, the reset
+        cost = server.get(name, 0)
+        if cost > 0:  # once the budget is spent, the reset
             slot, until = max(float(entry["tat"]), now), float(entry["until"])
+            if entry.get("owed"):  # nothing left: the turn's own cost comes back first
+                slot += cost * float(entry["gap"])
             if slot > until - EPSILON:  # (n gaps of t / n may add up short of t)
                 slot = until
             if slot - now > wait:
@@ -131,8 +134,8 @@ def reserve(
     buckets.update(moved)
     for name, entry in paced.items():
         cost = server.get(name, 0)
-        if cost > 0 and at < float(entry["until"]) - EPSILON:
-            entry["tat"] = at + cost * float(entry["gap"])
+        if cost > 0 and at < float(entry["until"]) - EPSILON:  # owed: paid on going
+            entry["tat"] = at if entry.get("owed") else at + cost * float(entry["gap"])
     if server:
         state["q"].append([at, dict(server)])
     return state, Reservation(wait, limit)
@@ -205,7 +208,10 @@ def pace(
     are left until ``reset`` seconds from ``now``: space the turns that cost it
     :func:`server_gap` apart until then, after what the turns already queued cost it.
     Without ``total``, no more than ``remaining`` go out before the reset, and
-    ``remaining`` 0 is :func:`pause`'s job."""
+    ``remaining`` 0 is :func:`pause`'s job. With ``total`` and nothing left, the limit
+    is owed: each turn waits for its own cost to come back at the refill (a turn of
+    500 tokens, 10,000 refilled in 60 s: 3 s), where a pause until the reset would
+    hold every turn for all of it."""
     state = _state(old)
     _current(state, now)
     gap = server_gap(remaining, reset, total)
@@ -219,7 +225,7 @@ def pace(
     old_entry = state["s"].get(limit)
     if old_entry is not None:  # the turns that went since the server counted
         tat = max(tat, float(old_entry["tat"]))
-    state["s"][limit] = {"gap": gap, "tat": tat, "until": now + reset}
+    state["s"][limit] = {"gap": gap, "tat": tat, "until": now + reset, "owed": remaining <= 0}
     return state
 
 
