@@ -201,8 +201,22 @@ class TurnAdmission:
                     if self.hit is not None:
                         continue  # answered from the cache: nothing goes out
                 for gate in self.gates:
-                    self.tickets.append(await gate.admit(request, self.count))
+                    ticket = await gate.admit(request, self.count)
+                    self.tickets.append(ticket)
+                    if self.settled:  # the turn ended while the store answered
+                        await self._settle_late(ticket)
                 await send.send([request])
+
+    async def _settle_late(self, ticket: Ticket) -> None:
+        """A ticket that came after the turn was settled (it was cancelled while a
+        store's update, which cannot be taken back, was on its way): settled now, as
+        cancelled, so its slot and reservation are given back."""
+        with trio.move_on_after(SETTLE_TIMEOUT) as scope:
+            scope.shield = True
+            try:
+                await ticket.settle(TurnOutcome("cancelled"))
+            except CucaError as exc:
+                self.failure = self.failure or exc
 
     async def _head(
         self, receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]

@@ -179,3 +179,67 @@ async def test_store_cache_hits_on_each_store(store: Store) -> None:
             second = await c.generate(REQUEST)
     assert second.response.cached and second.blocks == first.blocks
     assert len(server.requests) == 1
+
+
+
+
+class SlowUpdates:
+    """A store whose updates take 0.3 s in their worker thread (a slow disk, a slow
+    network): ``started`` is set when one has begun."""
+
+    def __init__(self, store: Store) -> None:
+        import threading
+
+        self.store = store
+        self.started = threading.Event()
+
+    async def get(self, key: str) -> Any:
+        return await self.store.get(key)
+
+    async def set(self, key: str, value: Any, ttl: float | None = None) -> None:
+        await self.store.set(key, value, ttl)
+
+    async def delete(self, key: str) -> None:
+        await self.store.delete(key)
+
+    async def update(self, key: str, change: Any, ttl: float | None = None) -> Any:
+        import time
+
+        def slow(old: Any) -> Any:
+            self.started.set()
+            time.sleep(0.3)
+            return change(old)
+
+        return await self.store.update(key, slow, ttl)
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
+
+@pytest.mark.parametrize("name", ["sqlite", "redis"])
+async def test_store_turn_cancelled_during_its_update_leaks_no_slot(
+    name: str, tmp_path: Path
+) -> None:
+    """A turn cancelled while the store is taking its concurrency slot: the update
+    still lands (the disk or the server got it), so the turn must learn of it and give
+    the slot back; a slot kept by nobody would hold every turn of every process
+    sharing the store for lease_ttl (600 s)."""
+    with open_store(name, tmp_path) as opened:
+        store = SlowUpdates(opened)
+        limiter = RateLimiter(max_concurrent=1, store=store)
+        async with open_replay_server(Reply(transcript("openai/text"))) as replay:
+            async with CucaClient(OPENAI, base_url=f"{replay.url}/v1",
+                                  rate_limiter=limiter) as c:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(c.generate, REQUEST)
+                    while not store.started.is_set():
+                        await trio.sleep(0.005)
+                    nursery.cancel_scope.cancel()  # while its slot is being taken
+                await trio.sleep(1.0)  # any update still on its way has landed
+                state = await store.get(limiter.key)
+                assert state is not None and state["l"] == {}, (
+                    f"a cancelled turn's slot was never given back: {state}"
+                )
+                with trio.fail_after(5):
+                    await c.generate(REQUEST)  # the one slot is free
+        await store.aclose()

@@ -5,7 +5,9 @@ library's asyncio client does not run under trio). An update is the library's ow
 optimistic transaction: ``WATCH`` the key, read it, ``MULTI``/``SET``/``EXEC``, retried
 when another client changed the key meanwhile. Socket timeouts bound every call, so a
 stopped server is a :class:`~cuca.errors.StoreError` within ``timeout`` seconds, never
-a hang.
+a hang. A cancelled caller abandons a read or a write, but waits for an update to
+answer (within the same timeout): the server may have applied it, and the caller must
+learn what it took (a concurrency slot, a reservation) to give it back.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class RedisStore:
             )
         return self._client
 
-    async def _run(self, work: Callable[[redis_lib.Redis], R]) -> R:
+    async def _run(self, work: Callable[[redis_lib.Redis], R], abandon: bool = True) -> R:
         import redis as redis_lib
 
         def call() -> R:
@@ -66,7 +68,7 @@ class RedisStore:
             except redis_lib.RedisError as exc:
                 raise StoreError(f"redis {_safe(self.url)}: {type(exc).__name__}: {exc}") from None
 
-        return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(call, abandon_on_cancel=abandon)
 
     async def get(self, key: str) -> Any:
         return decode(await self._run(lambda r: r.get(key)))
@@ -93,7 +95,7 @@ class RedisStore:
             result: R = transaction(attempt, key, value_from_callable=True)
             return result
 
-        return await self._run(work)
+        return await self._run(work, abandon=False)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
