@@ -187,10 +187,12 @@ STREAM_ERROR_STATUS: dict[str, int] = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "permission_error": 403,
+    "billing_error": 402,
     "not_found_error": 404,
     "request_too_large": 413,
     "rate_limit_error": 429,
     "api_error": 500,
+    "timeout_error": 504,
     "overloaded_error": 529,
     # OpenAI (chat and Responses), vLLM and llama.cpp types and codes
     "rate_limit_exceeded": 429,

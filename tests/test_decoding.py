@@ -307,6 +307,9 @@ FAILED = {
 IN_STREAM_ERRORS = [
     ("anthropic", _anthropic("overloaded_error"), ServerError, 529),
     ("anthropic", _anthropic("api_error"), ServerError, 500),
+    # Anthropic's errors page: 504 timeout_error, 402 billing_error (wire.md 8.4 lists both)
+    ("anthropic", _anthropic("timeout_error"), ServerError, 504),
+    ("anthropic", _anthropic("billing_error"), HttpStatusError, 402),
     ("anthropic", _anthropic("rate_limit_error"), RateLimitError, 429),
     ("anthropic", _anthropic("invalid_request_error"), HttpStatusError, 400),
     ("anthropic", _anthropic("permission_error"), AuthenticationError, 403),
