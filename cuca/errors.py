@@ -231,7 +231,8 @@ class HttpContextOverflowError(HttpStatusError, ContextOverflowError):
         self.requested = requested
 
     def __str__(self) -> str:
-        return f"http status {self.status}: context overflow: {self.message}"
+        where = f" (in the {self.provider} stream)" if self.provider is not None else ""
+        return f"http status {self.status}{where}: context overflow: {self.message}"
 
     def __repr__(self) -> str:
         return (

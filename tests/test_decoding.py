@@ -368,6 +368,8 @@ def test_decoding_in_stream_errors_have_the_kind_of_their_status(
     assert type(info.value) is kind
     assert (info.value.status, info.value.body, info.value.in_stream) == (status, event.data, True)
     assert "m" in info.value.message
+    # str says where it came from, an overflow too (it said "http status 400: ..." alone)
+    assert str(info.value).startswith(f"http status {status} (in the ")
 
 
 @pytest.mark.parametrize(
