@@ -96,6 +96,45 @@ async def test_rate_limiter_max_wait_refuses_with_the_limit_and_the_wait() -> No
     assert "past max_wait=1.0 s" in str(error)
 
 
+async def test_rate_limiter_max_wait_zero_names_the_rate_not_a_free_slot() -> None:
+    """max_concurrent=4 with one turn in flight: a slot is free, the rate is what holds
+    the second turn; the refusal says so (it said 'max_concurrent=4 turns stayed in
+    flight')."""
+    limiter = RateLimiter(requests_per_minute=1, max_concurrent=4, max_wait=0)
+    await limiter.admit(REQUEST)
+    with pytest.raises(RateLimitExceeded) as caught:
+        await limiter.admit(REQUEST)
+    assert caught.value.limit == "requests_per_minute"
+    assert caught.value.wait is not None and 59.0 < caught.value.wait <= 60.0
+    assert await lease_count(limiter) == 1  # the refused turn's slot went back
+
+
+async def test_rate_limiter_max_wait_bounds_the_whole_wait(autojump_clock: MockClock) -> None:
+    """A turn that waited 1.4 s for a concurrency slot, then would wait 0.6 s more for
+    the rate, waits 2 s in all: past max_wait=1.5, it is refused (it was admitted
+    after 2 s)."""
+    from cuca.plugins import TurnOutcome
+
+    limiter = RateLimiter(requests_per_minute=30, max_concurrent=1, max_wait=1.5,
+                          clock=trio.current_time)
+    first = await limiter.admit(REQUEST)
+    start = trio.current_time()
+
+    async def end_first() -> None:
+        await trio.sleep(1.4)
+        await first.settle(TurnOutcome("cancelled"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(end_first)
+        with pytest.raises(RateLimitExceeded) as caught:
+            await limiter.admit(REQUEST)
+    waited = trio.current_time() - start
+    assert waited <= 1.5, f"the turn waited {waited:.2f} s with max_wait=1.5"
+    assert caught.value.limit == "requests_per_minute"
+    assert caught.value.wait == pytest.approx(2.0, abs=0.06)
+    assert await lease_count(limiter) == 0
+
+
 async def test_rate_limiter_max_waiters_refuses_the_next_waiter() -> None:
     limiter = RateLimiter(requests_per_minute=60, max_waiters=1)
     await limiter.admit(REQUEST)

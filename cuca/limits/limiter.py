@@ -133,6 +133,7 @@ class RateLimiter:
             count = estimated
         estimate = await count(request) if self.input is not None else 0
         server = _server_costs(request, estimate)
+        start = trio.current_time()
         try:
             if self.max_concurrent is not None:
                 holder = await self._at_once(estimate, server)
@@ -143,8 +144,8 @@ class RateLimiter:
             if not self.fail_open:
                 raise
             return _Ticket(self, None, 0, broken=True)
-        try:
-            await self._reserve(estimate, server)
+        try:  # within what is left of max_wait after the wait for a slot
+            await self._reserve(estimate, server, trio.current_time() - start)
         except StoreError:
             if not self.fail_open:
                 await self._give_back(holder)
@@ -182,23 +183,30 @@ class RateLimiter:
             costs[self.output] = 0
         return costs
 
-    async def _reserve(self, estimate: int, server: dict[str, float]) -> None:
+    async def _reserve(self, estimate: int, server: dict[str, float], waited: float) -> None:
         may_wait = self.max_waiters is None or self._waiting < self.max_waiters
-        await self._wait_for(self._costs(estimate), may_wait, server)
+        await self._wait_for(self._costs(estimate), may_wait, server, waited)
 
     async def _wait_for(
-        self, costs: dict[Bucket, float], may_wait: bool, server: dict[str, float]
+        self,
+        costs: dict[Bucket, float],
+        may_wait: bool,
+        server: dict[str, float],
+        waited: float = 0.0,
     ) -> None:
         """Reserve ``costs`` (and the server's pause and pacing, at ``server`` costs),
-        then wait for the slot; a waiter cancelled gives its place back. A turn that
-        waited looks again when its slot comes (one more store round trip): a pause the
-        server asked for meanwhile holds it too."""
+        then wait for the slot, within what ``max_wait`` leaves after ``waited``
+        seconds; a waiter cancelled gives its place back. A turn that waited looks again
+        when its slot comes (one more store round trip): a pause the server asked for
+        meanwhile holds it too."""
         now = self.clock()
+        max_wait = None if self.max_wait is None else max(0.0, self.max_wait - waited)
         reservation: window.Reservation = await self._update(
-            lambda old: window.reserve(old, now, costs, self.max_wait, may_wait, server)
+            lambda old: window.reserve(old, now, costs, max_wait, may_wait, server)
         )
         if reservation.refused:
-            raise self._refusal(reservation.limit or "server", reservation.wait, may_wait)
+            wait = waited + reservation.wait
+            raise self._refusal(reservation.limit or "server", wait, may_wait)
         if reservation.wait <= 0:
             return
         self._waiting += 1
@@ -251,6 +259,11 @@ class RateLimiter:
         limit, holder = self.max_concurrent, uuid.uuid4().hex
         if self.max_waiters is not None and self._waiting >= self.max_waiters and limit == 0:
             raise self._refusal("max_concurrent", None, False)
+        taken = await self._update(  # a free slot is taken at once, even with max_wait=0
+            partial(window.lease, now=self.clock(), holder=holder, limit=limit, ttl=self.lease_ttl)
+        )
+        if taken:
+            return holder
         deadline = math.inf if self.max_wait is None else trio.current_time() + self.max_wait
         counted = False
         try:
