@@ -155,9 +155,11 @@ async def test_rate_limiter_max_concurrent_holds_until_the_turn_ends() -> None:
         async def turn() -> None:
             nonlocal in_flight, most
             async with c.generate_stream(REQUEST) as stream:
-                in_flight += 1
-                most = max(most, in_flight)
-                async for _ in stream:
+                streaming = False
+                async for _ in stream:  # a first block: the turn was admitted and sent
+                    if not streaming:
+                        streaming, in_flight = True, in_flight + 1
+                        most = max(most, in_flight)
                     await trio.sleep(0)
                 in_flight -= 1
 
@@ -165,6 +167,7 @@ async def test_rate_limiter_max_concurrent_holds_until_the_turn_ends() -> None:
             for _ in range(3):
                 nursery.start_soon(turn)
     assert len(server.requests) == 3
+    assert most == 1, f"{most} turns streamed at once with max_concurrent=1"
     assert await lease_count(limiter) == 0
 
 
@@ -193,6 +196,32 @@ async def test_rate_limiter_dropped_streams_never_leak_a_slot() -> None:
             assert await lease_count(limiter) == 0, f"a slot leaked after {how} at {seen}"
         # a slot still free: a whole turn gets through within max_wait
         await c.generate(REQUEST)
+
+
+async def test_rate_limiter_turns_cancelled_at_random_times_never_leak() -> None:
+    """Turns cancelled at any point of their life: waiting for a slot, waiting for the
+    rate, while the request goes out, mid-stream, or after the end. None keeps a slot,
+    none stays counted as waiting, and whole turns get through afterwards."""
+    limiter = RateLimiter(requests_per_minute=1200, max_concurrent=2, max_wait=5.0)
+    rng = random.Random(2525)
+    async with open_replay_server(SLOW) as server, client(server.url, limiter) as c:
+        for _ in range(4):
+            async def turn(after: float) -> None:
+                with trio.move_on_after(after):
+                    async with c.generate_stream(REQUEST) as stream:
+                        async for _ in stream:
+                            pass
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(6):
+                    nursery.start_soon(turn, rng.uniform(0.0, 0.5))
+            assert await lease_count(limiter) == 0, "a cancelled turn kept its slot"
+            assert limiter.waiting == 0
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(c.generate, REQUEST)
+    assert await lease_count(limiter) == 0
 
 
 async def test_rate_limiter_charges_exact_output_tokens() -> None:
