@@ -138,15 +138,20 @@ async def test_cache_shared_by_clients_with_different_keys() -> None:
 
 
 async def test_cache_sampled_requests_only_when_asked() -> None:
+    import attrs
+
     sampled = REQUEST.set_temperature(0.7)
+    unset = attrs.evolve(REQUEST, temperature=None)  # the server's default: it samples
     async with open_replay_server(TEXT) as server:
         async with client(server.url, ResponseCache()) as c:
             await c.generate(sampled)
             assert not (await c.generate(sampled)).response.cached
+            await c.generate(unset)
+            assert not (await c.generate(unset)).response.cached
         async with client(server.url, ResponseCache(cache_sampled=True)) as c:
             await c.generate(sampled)
             assert (await c.generate(sampled)).response.cached
-    assert len(server.requests) == 3
+    assert len(server.requests) == 5
 
 
 async def test_cache_keeps_only_turns_that_ended_cleanly() -> None:
@@ -256,3 +261,34 @@ async def test_cache_hit_on_the_local_engine() -> None:
         replayed, second = await blocks_of(c, request)
     assert replayed == live and live
     assert second.cached and not first.cached and second.usage == first.usage
+
+
+async def test_cache_keeps_no_turn_with_an_error_item_or_an_error_mid_stream() -> None:
+    """A turn that ended without a clean answer is answered by the server again: one
+    with a malformed tool call (an error item, the turn otherwise complete), one the
+    server broke off with an error event, one whose connection was cut mid-stream."""
+    from cuca import CucaError
+
+    malformed = transcript("openai/tool_call").replace(
+        b'"arguments":"{\\""', b'"arguments":"[\\""', 1
+    )
+    assert malformed != transcript("openai/tool_call")
+    text = transcript("openai/text")
+    replies = {
+        "malformed tool call": Reply(malformed),
+        "error event": Reply(transcript("openai/error")),
+        "cut": Reply(text, cut_after=len(text) // 2),
+    }
+    for name, reply in replies.items():
+        async with open_replay_server(reply) as server:
+            async with client(server.url, ResponseCache(), retry=RetryPolicy.never()) as c:
+                for _ in range(2):
+                    try:
+                        items, _ = await blocks_of(c, REQUEST)
+                    except CucaError:
+                        continue
+                    if name == "malformed tool call":
+                        assert any(isinstance(i, CucaError) for i in items), (
+                            "the malformed call's error item is gone: answered from the cache"
+                        )
+        assert len(server.requests) == 2, f"a turn with a {name} was kept and answered"
