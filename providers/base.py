@@ -36,7 +36,7 @@ from cuca.types import (
 
 from .decoding import loads_json, stream_error
 from .framing import JSON_BODY, JsonOrSse
-from .overflow import Overflow
+from .overflow import Overflow, any_overflow
 
 __all__ = [
     "JSON_BODY",
@@ -241,7 +241,7 @@ def _not_streamed(provider: str, body: str) -> CucaError:
         document = None
     error = document.get("error") if isinstance(document, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return stream_error(provider, error["message"], error, body)
+        return stream_error(provider, error["message"], error, body, any_overflow)
     if isinstance(error, str):
         return ProviderError(provider, error)
     return ProviderError(

@@ -28,7 +28,7 @@ import attrs
 
 from .decoding import json_body
 
-__all__ = ["Overflow", "anthropic_overflow", "chat_overflow", "gemini_overflow"]
+__all__ = ["Overflow", "anthropic_overflow", "any_overflow", "chat_overflow", "gemini_overflow"]
 
 
 @attrs.frozen
@@ -127,3 +127,13 @@ def gemini_overflow(status: int, body: str) -> Overflow | None:
     if found is None:
         return None
     return Overflow(int(found.group(2)), int(found.group(1)))
+
+
+def any_overflow(status: int, body: str) -> Overflow | None:
+    """Any vendor's overflow: for an error read where the wire is not known (a 200 JSON
+    body holding ``{"error": ...}``, which every wire decodes alike)."""
+    return (
+        chat_overflow(status, body)
+        or anthropic_overflow(status, body)
+        or gemini_overflow(status, body)
+    )

@@ -28,6 +28,7 @@ from cuca.types import TurnSummary, UnifiedRequest
 from .base import Item, StreamDecoder
 from .decoding import error_text, loads_json, stream_error
 from .framing import MAX_JSON_BODY, JsonOrSse
+from .overflow import any_overflow
 
 __all__ = [
     "MAX_JSON_BODY",
@@ -76,7 +77,7 @@ class WholeResponseDecoder(StreamDecoder):
         document = loads_json(event.data, self.provider)
         if isinstance(document, dict) and document.get("error"):
             error = document["error"]
-            raise stream_error(self.provider, error_text(error), error, event.data)
+            raise stream_error(self.provider, error_text(error), error, event.data, any_overflow)
         try:
             events = self.to_events(document)
         except (TypeError, AttributeError, KeyError, ValueError) as exc:

@@ -379,3 +379,36 @@ def test_decoding_in_stream_error_of_no_known_kind_is_a_provider_error(error: ob
     raised = stream_error("openai", "m", error, "{}")
     assert type(raised) is ProviderError
     assert raised == ProviderError("openai", "m")
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "limit", "requested"),
+    [
+        ("openai", {"type": "exceed_context_size_error", "code": 400, "n_ctx": 512,
+                    "n_prompt_tokens": 631}, 512, 631),
+        ("openai", {"type": "invalid_request_error", "code": "context_length_exceeded"},
+         None, None),
+        ("anthropic", {"type": "invalid_request_error",
+                       "message": "prompt is too long: 208310 tokens > 200000 maximum"},
+         200000, 208310),
+    ],
+)
+def test_decoding_200_json_error_that_the_prompt_does_not_fit_is_an_overflow(
+    name: str, error: dict[str, Any], limit: int | None, requested: int | None
+) -> None:
+    """docs/errors.md lists a 200 JSON body holding {"error": ...} among the errors inside
+    the stream, raised as their status would be: one that says the prompt does not fit
+    is an HttpContextOverflowError with the window and the prompt's size, as the 400
+    would have been (it was a plain HttpStatusError), whether the request streamed (a
+    server that ignored stream: true) or not."""
+    from cuca.providers.framing import JSON_BODY
+    from cuca.providers.whole_response import WholeResponseDecoder
+
+    body = json.dumps({"error": {"message": "m", **error}})
+    streamed = _new_decoder(name)
+    whole = WholeResponseDecoder(_new_decoder(name), lambda document: [], name)
+    for decoder in (streamed, whole):
+        with pytest.raises(HttpContextOverflowError) as info:
+            decoder.feed(SseEvent(body, JSON_BODY))
+        assert (info.value.status, info.value.body, info.value.in_stream) == (400, body, True)
+        assert (info.value.limit, info.value.requested) == (limit, requested)
