@@ -224,6 +224,35 @@ async def test_rate_limiter_turns_cancelled_at_random_times_never_leak() -> None
     assert await lease_count(limiter) == 0
 
 
+class FailsOnReservations(MemoryStore):
+    """A store that fails on the limiter's reservations (its slots still work): the
+    store went down between a turn's slot and its place in the rate."""
+
+    async def update(self, key: str, change: Any, ttl: float | None = None) -> Any:
+        from cuca import StoreError
+
+        new, result = change(self._read(key))
+        if isinstance(result, window.Reservation):
+            raise StoreError("redis redis://127.0.0.1:1/0: ConnectionError: refused")
+        self._write(key, new, ttl)
+        return result
+
+
+async def test_rate_limiter_fail_open_turn_gives_its_slot_back() -> None:
+    """fail_open admits a turn whose reservation the store failed; the slot it had
+    already taken comes back when it ends (it was kept for lease_ttl, 600 s)."""
+    from cuca.plugins import TurnOutcome
+
+    limiter = RateLimiter(requests_per_minute=60, max_concurrent=2, fail_open=True,
+                          store=FailsOnReservations())
+    first = await limiter.admit(REQUEST)
+    second = await limiter.admit(REQUEST)  # a slot, then the store fails: admitted
+    assert await lease_count(limiter) == 2
+    for ticket in (first, second):
+        await ticket.settle(TurnOutcome("cancelled"))
+    assert await lease_count(limiter) == 0, "the fail_open turn kept its slot"
+
+
 async def test_rate_limiter_charges_exact_output_tokens() -> None:
     # 46 completion tokens at 46*60 a minute: the next turn waits ~1 s for them
     limiter = RateLimiter(output_tokens_per_minute=46 * 60)

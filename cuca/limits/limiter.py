@@ -3,6 +3,7 @@ for one client or many, in one process or across machines (through a shared stor
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import uuid
@@ -396,7 +397,7 @@ class _Ticket:
         self.holder = holder
         self.estimate = estimate
         self.server = server or {}
-        self.broken = broken  # admitted without the store (fail_open): nothing to settle
+        self.broken = broken  # admitted without the store (fail_open): only a slot to give back
         self.settled = False
 
     async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
@@ -408,7 +409,12 @@ class _Ticket:
             await self.limiter.resend(self.server)
 
     async def settle(self, end: TurnOutcome) -> None:
-        if self.settled or self.broken:
+        if self.settled:
             return
         self.settled = True
+        if self.broken:  # a slot taken before the store failed goes back, if it can
+            if self.holder is not None:
+                with contextlib.suppress(StoreError):
+                    await self.limiter._give_back(self.holder)
+            return
         await self.limiter.settle(self.holder, self.estimate, end)
