@@ -292,3 +292,19 @@ async def test_cache_keeps_no_turn_with_an_error_item_or_an_error_mid_stream() -
                             "the malformed call's error item is gone: answered from the cache"
                         )
         assert len(server.requests) == 2, f"a turn with a {name} was kept and answered"
+
+
+async def test_cache_hit_takes_no_permit_and_reserves_no_budget() -> None:
+    """A hit sends nothing, so neither the limiter (one request a minute, no waiting)
+    nor the budget (spent 1163 of 1200 tokens: a second reservation would not fit)
+    refuses it, and nothing more is charged."""
+    from cuca import Budget, RateLimiter
+
+    limiter = RateLimiter(requests_per_minute=1, max_wait=0)
+    budget = Budget(tokens=1200)
+    async with open_replay_server(TEXT) as server:
+        async with client(server.url, budget, ResponseCache(), rate_limiter=limiter) as c:
+            await c.generate(REQUEST)
+            assert (await c.generate(REQUEST)).response.cached
+    assert len(server.requests) == 1
+    assert (await budget.spent())["tokens"] == 1117 + 46
