@@ -97,9 +97,10 @@ class SseParser:
 
     @property
     def buffer_high_water(self) -> int:
-        """Capacity of the line buffer in bytes: 8192, or the longest partial line it has
+        """Length of the line buffer in bytes: 8192, or the longest partial line it has
         held, which is at most the largest single frame plus one partial line (seed 002).
-        The buffer never shrinks."""
+        The buffer never shrinks. CPython's amortized growth may keep up to an eighth
+        more allocated behind that length (``bytearray.__alloc__()``)."""
         return len(self._buf)
 
     @property
