@@ -147,6 +147,26 @@ async def test_rate_limiter_max_waiters_refuses_the_next_waiter() -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_rate_limiter_max_waiters_counts_turns_waiting_for_a_slot(
+    autojump_clock: MockClock,
+) -> None:
+    """One turn in flight (max_concurrent=1), one waiting for its slot (max_waiters=1):
+    a third is refused at once (it waited, unbounded, behind the second)."""
+    limiter = RateLimiter(max_concurrent=1, max_waiters=1, clock=trio.current_time)
+    await limiter.admit(REQUEST)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(limiter.admit, REQUEST)
+        await trio.sleep(0.2)
+        assert limiter.waiting == 1
+        with trio.fail_after(1), pytest.raises(RateLimitExceeded) as caught:
+            await limiter.admit(REQUEST)
+        assert caught.value.limit == "max_waiters"
+        assert "1 turns are already waiting" in str(caught.value)
+        assert limiter.waiting == 1
+        nursery.cancel_scope.cancel()
+    assert limiter.waiting == 0
+
+
 async def test_rate_limiter_max_concurrent_holds_until_the_turn_ends() -> None:
     limiter = RateLimiter(max_concurrent=1)
     async with open_replay_server(SLOW) as server, client(server.url, limiter) as c:

@@ -258,15 +258,16 @@ class RateLimiter:
         ``max_wait``."""
         assert self.max_concurrent is not None
         limit, holder = self.max_concurrent, uuid.uuid4().hex
-        if self.max_waiters is not None and self._waiting >= self.max_waiters and limit == 0:
-            raise self._refusal("max_concurrent", None, False)
         taken = await self._update(  # a free slot is taken at once, even with max_wait=0
             partial(window.lease, now=self.clock(), holder=holder, limit=limit, ttl=self.lease_ttl)
         )
         if taken:
             return holder
+        # a waiter from here, behind the lock too (those queued on it count as waiting)
+        if self.max_waiters is not None and self._waiting >= self.max_waiters:
+            raise self._refusal("max_concurrent", None, False)
         deadline = math.inf if self.max_wait is None else trio.current_time() + self.max_wait
-        counted = False
+        self._waiting += 1
         try:
             with trio.move_on_at(deadline):
                 async with self._lease_lock:
@@ -277,15 +278,10 @@ class RateLimiter:
                         )
                         if taken:
                             return holder
-                        if not counted:
-                            if self.max_waiters is not None and self._waiting >= self.max_waiters:
-                                raise self._refusal("max_concurrent", None, False)
-                            self._waiting, counted = self._waiting + 1, True
                         with trio.move_on_after(LEASE_POLL):
                             await self._slot_freed.wait()
         finally:
-            if counted:
-                self._waiting -= 1
+            self._waiting -= 1
         raise RateLimitExceeded(
             "max_concurrent",
             None,
