@@ -76,6 +76,15 @@ async def test_budget_exceeded_says_spent_projected_and_limit() -> None:
     assert len(server.requests) == 1
 
 
+async def test_budget_charges_each_turns_exact_cost() -> None:
+    budget = Budget(usd=1.0)
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        first = (await c.generate(REQUEST)).response
+        second = (await c.generate(REQUEST.add_user_message("again"))).response
+    assert first.cost is not None and second.cost is not None
+    assert (await budget.spent())["usd"] == pytest.approx(float(first.cost + second.cost))
+
+
 async def test_budget_refuses_unpriced_models_unless_allowed() -> None:
     request = UnifiedRequest.new("my-own-model").add_user_message("Hi").set_max_tokens(8)
     async with open_replay_server(TEXT) as server:

@@ -308,3 +308,15 @@ async def test_cache_hit_takes_no_permit_and_reserves_no_budget() -> None:
             assert (await c.generate(REQUEST)).response.cached
     assert len(server.requests) == 1
     assert (await budget.spent())["tokens"] == 1117 + 46
+
+
+async def test_cache_entries_are_per_base_url() -> None:
+    """The same request to two servers: each answers once (a client that left its
+    base URL out of the key would answer the second server's turn from the first's)."""
+    cache = ResponseCache()
+    async with open_replay_server(TEXT) as one, open_replay_server(TEXT) as two:
+        for server in (one, two, one, two):
+            async with client(server.url, cache) as c:
+                await c.generate(REQUEST)
+    assert (len(one.requests), len(two.requests)) == (1, 1)
+    assert (cache.hits, cache.misses) == (2, 2)
