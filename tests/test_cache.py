@@ -58,6 +58,8 @@ async def test_cache_hit_replays_blocks_with_cached_usage_and_no_cost() -> None:
     assert not first.cached and second.cached
     assert second.usage == first.usage and second.usage is not None
     assert second.finish_reason == first.finish_reason
+    assert second.prompt_cache_usage == first.prompt_cache_usage is not None
+    assert first.endpoint is not None and second.endpoint is None  # no server answered
     assert first.cost is not None and first.cost > 0
     assert second.cost == Decimal(0)
     assert (cache.hits, cache.misses) == (1, 1)
