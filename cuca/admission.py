@@ -81,6 +81,22 @@ async def estimated(request: UnifiedRequest) -> int:
     """:func:`estimate_tokens` as a :data:`Counter`."""
     return estimate_tokens(request)
 
+def _counted_once(count: Counter) -> Counter:
+    """``count``, remembering the last request it counted: a turn's gates (a limiter's
+    ``input_tokens_per_minute``, a budget) share one count, where a backend's count is
+    a request of its own (Anthropic, Gemini)."""
+    last: list[tuple[UnifiedRequest, int]] = []
+
+    async def counted(request: UnifiedRequest) -> int:
+        if last and last[0][0] is request:
+            return last[0][1]
+        tokens = await count(request)
+        last[:] = [(request, tokens)]
+        return tokens
+
+    return counted
+
+
 SETTLE_TIMEOUT = 10.0
 """Seconds a cancelled turn may spend giving its permits back (shielded from the
 cancellation) before it gives up on a store that does not answer."""
@@ -155,7 +171,7 @@ class TurnAdmission:
         count: Counter = estimated,
     ) -> None:
         self.gates = gates
-        self.count = count
+        self.count = _counted_once(count)  # every gate of the turn, one count
         self.replay = replay
         self.endpoint = endpoint
         self.tickets: list[Ticket] = []

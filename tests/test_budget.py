@@ -85,6 +85,28 @@ async def test_budget_charges_each_turns_exact_cost() -> None:
     assert (await budget.spent())["usd"] == pytest.approx(float(first.cost + second.cost))
 
 
+async def test_budget_and_limiter_count_a_turn_once() -> None:
+    """A limiter with input_tokens_per_minute and a Budget share one count per turn
+    (on Anthropic and Gemini each count is a request to the backend)."""
+    from cuca import RateLimiter
+
+    limiter = RateLimiter(input_tokens_per_minute=10**6)
+    async with open_replay_server(TEXT) as server:
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", api_key="k",
+                              rate_limiter=limiter, plugins=[Budget(tokens=10**6)]) as c:
+            counted = 0
+            count_tokens = c.count_tokens
+
+            async def counting(request: UnifiedRequest) -> Any:
+                nonlocal counted
+                counted += 1
+                return await count_tokens(request)
+
+            c.count_tokens = counting  # type: ignore[method-assign]
+            await c.generate(REQUEST)
+    assert counted == 1, f"one turn was counted {counted} times"
+
+
 async def test_budget_refuses_unpriced_models_unless_allowed() -> None:
     request = UnifiedRequest.new("my-own-model").add_user_message("Hi").set_max_tokens(8)
     async with open_replay_server(TEXT) as server:
