@@ -9,9 +9,10 @@ Stream rules, from ``reference/wire.md`` sections 1 to 4, 6 and 11:
   the first fragment, or again on every one; arguments may be split anywhere or sent whole
   at the end. Calls are merged by index, and emitted when the choice finishes. Some servers
   send every parallel call on ``index`` 0, each with its own id and name: at one index, a
-  fragment with an id the index has not seen (or a name other than its call's) starts a
-  new call, and one with an id it has seen goes to that call (vLLM repeats the id on every
-  fragment). The same id at two indexes stays two calls.
+  fragment with an id the index has not seen, or a name other than its call's (even
+  with the same id: a server that gives every call one id), starts a new call, and one
+  with an id it has seen goes to that call (vLLM repeats the id on every fragment). The
+  same id at two indexes stays two calls.
 - Usage arrives on a ``choices: []`` chunk (OpenAI, vLLM, llama.cpp) or on the finish chunk
   (DeepSeek); it is read wherever it appears.
 - ``data: {"error": ...}`` is an error inside a 200 stream, of the kind its ``type`` or
@@ -218,9 +219,12 @@ class ChatCompletionsDecoder(StreamDecoder):
         call with its id, else the latest one unless the fragment is another's."""
         calls = self._calls.setdefault(_NO_INDEX if index is None else index, [])
         if call_id:
-            for pending in calls:
-                if pending.id == call_id:
-                    return pending
+            same = next((pending for pending in reversed(calls) if pending.id == call_id), None)
+            if same is not None and not (name and same.name and name != same.name):
+                return same
+            if same is not None:  # the id again, on another function: another call
+                calls.append(_PendingCall())
+                return calls[-1]
         if not calls or calls[-1].other(call_id, name):
             calls.append(_PendingCall())
         return calls[-1]

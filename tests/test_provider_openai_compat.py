@@ -321,6 +321,24 @@ def test_decoder_parallel_calls_all_on_index_zero_stay_apart() -> None:
     ]
 
 
+def test_decoder_parallel_calls_one_id_for_every_call_a_new_name_starts_a_call() -> None:
+    # issue 29 §1: "a name while the call at that index already has another starts a new
+    # call", also when the server gave every call the same id (the clock call's arguments
+    # were appended to the weather call's: one ToolCallError, the second call lost)
+    out = decode(
+        frame(call(0, "", id="call_0", name="weather")),
+        frame(call(0, '{"city": "Paris"}', id="call_0")),
+        frame(call(0, "", id="call_0", name="clock")),
+        frame(call(0, '{"tz": "Europe/Paris"}', id="call_0")),
+        frame({}, "tool_calls"),
+        DONE,
+    )
+    assert out.items == [
+        ToolCall("call_0", "weather", {"city": "Paris"}),
+        ToolCall("call_0", "clock", {"tz": "Europe/Paris"}),
+    ]
+
+
 def test_decoder_parallel_calls_a_new_name_without_ids_starts_a_call() -> None:
     out = decode(
         frame(call(0, '{"n": 1}', name="f")),
