@@ -19,6 +19,7 @@ import functools
 
 import pytest
 import trio
+from support.http_requests import read_request
 
 from cuca import CucaClient, ProviderEndpoint, UnifiedRequest
 from cuca.providers.base import ClientSettings
@@ -32,25 +33,6 @@ CHAT = (
 )
 COMPLETION = b'data: {"content":"Hi","stop":false}\n\ndata: {"content":"","stop":true}\n\n'
 REQUEST = UnifiedRequest.new("smollm2").add_user_message("Hi").set_max_tokens(4)
-
-
-async def _read_head(stream: trio.SocketStream) -> bytes | None:
-    """One request's head and Content-Length body; None when the client closed first."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            return None
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(body) < length:
-        body += await stream.receive_some(65536)
-    return head
 
 
 def _chunked(body: bytes) -> bytes:
@@ -73,7 +55,7 @@ async def test_llama_cpp_next_turn_never_lands_on_a_connection_the_server_closes
     async def handler(stream: trio.SocketStream) -> None:
         nonlocal connections
         connections += 1
-        head = await _read_head(stream)
+        head = await read_request(stream)
         if head is None:
             return
         heads.append(head)

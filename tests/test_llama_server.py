@@ -120,6 +120,19 @@ def server_frames(body: bytes) -> list[dict[str, Any]]:
     return frames
 
 
+def llama_client(
+    url: str, http: httpx.AsyncClient, config: LlamaCppConfig | None, key: str | None = None
+) -> CucaClient:
+    """A llama.cpp client on ``http`` (a recording transport's)."""
+    return CucaClient(
+        ProviderEndpoint.LLAMA_CPP,
+        base_url=url,
+        api_key=key,
+        provider_config=config,
+        http_client=http,
+    )
+
+
 async def turn(
     url: str,
     request: UnifiedRequest,
@@ -130,13 +143,7 @@ async def turn(
     transport = RecordingTransport(extra)
     items: list[Item] = []
     async with httpx.AsyncClient(transport=transport, timeout=None) as http:
-        client = CucaClient(
-            ProviderEndpoint.LLAMA_CPP,
-            base_url=url,
-            api_key=key,
-            provider_config=config,
-            http_client=http,
-        )
+        client = llama_client(url, http, config, key)
         async with client, client.generate_stream(request) as stream:
             async for item in stream:
                 items.append(item)
@@ -247,13 +254,7 @@ async def test_llama_server_completion_non_streamed_request_streams(
     request = prompt("Name a colour.", 6)
     transport = RecordingTransport()
     async with httpx.AsyncClient(transport=transport, timeout=None) as http:
-        client = CucaClient(
-            ProviderEndpoint.LLAMA_CPP,
-            base_url=llama_server.url,
-            provider_config=config,
-            http_client=http,
-        )
-        async with client:
+        async with llama_client(llama_server.url, http, config) as client:
             single = await client.generate(request.set_stream(False))
             streamed = await client.generate(request)
     assert [len(server_frames(bytes(b))) > 1 for b in transport.bodies] == [True, True]
@@ -303,13 +304,7 @@ async def test_llama_server_back_to_back_streamed_turns_on_one_client(
     async with httpx.AsyncClient(transport=transport, timeout=None) as http:
         for route in (LlamaRoute.COMPLETION, LlamaRoute.CHAT):
             config = LlamaCppConfig(route=route)
-            client = CucaClient(
-                ProviderEndpoint.LLAMA_CPP,
-                base_url=llama_server.url,
-                provider_config=config,
-                http_client=http,
-            )
-            async with client:
+            async with llama_client(llama_server.url, http, config) as client:
                 for _ in range(5):
                     assert (await client.generate(prompt("Name a colour.", 2))).text
     assert len(transport.bodies) == 10

@@ -8,6 +8,7 @@ import functools
 import pytest
 import trio
 from support.fake_adapter import FAKE, frames
+from support.http_requests import read_request
 
 from cuca import (
     CucaClient,
@@ -123,22 +124,6 @@ async def test_retry_never_once_the_body_has_started() -> None:
     assert len(server.requests) == 1
 
 
-async def _read_request(stream: trio.SocketStream) -> bytes:
-    """One whole HTTP/1.1 request (head and Content-Length body) from ``stream``."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += await stream.receive_some(65536)
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(body) < length:
-        body += await stream.receive_some(65536)
-    return head
-
-
 @pytest.mark.parametrize("then", ["disconnect", "stall"])
 async def test_retry_never_once_the_request_may_have_reached_the_server(then: str) -> None:
     """A server that reads the whole request, then drops the connection or stalls before
@@ -147,7 +132,9 @@ async def test_retry_never_once_the_request_may_have_reached_the_server(then: st
     received: list[bytes] = []
 
     async def handler(stream: trio.SocketStream) -> None:
-        received.append(await _read_request(stream))
+        head = await read_request(stream)
+        assert head is not None
+        received.append(head)
         if then == "stall":
             await trio.sleep_forever()
         await stream.aclose()
