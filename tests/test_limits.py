@@ -274,30 +274,30 @@ async def test_rate_limiter_fail_open_turn_gives_its_slot_back() -> None:
 
 
 async def test_rate_limiter_charges_exact_output_tokens() -> None:
-    # 46 completion tokens at 46*60 a minute: the next turn waits ~1 s for them
-    limiter = RateLimiter(output_tokens_per_minute=46 * 60)
+    """46 completion tokens against 30 a minute: they drain in 92 s, a minute's worth
+    may be outstanding, so the next turn would wait 32 s (refused: max_wait=0). Before
+    the first turn's usage came back, nothing was owed."""
+    limiter = RateLimiter(output_tokens_per_minute=30, max_wait=0)
     async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:
         await c.generate(REQUEST)
-        start = trio.current_time()
-        await c.generate(REQUEST)
-        waited = trio.current_time() - start
-    assert 0.0 <= waited < 1.5
-    state = await limiter.store.get(limiter.key)
-    assert "output_tokens_per_minute" in state["b"]
+        with pytest.raises(RateLimitExceeded) as caught:
+            await c.generate(REQUEST)
+    assert caught.value.limit == "output_tokens_per_minute"
+    assert caught.value.wait == pytest.approx(32.0, abs=0.5)
+    assert len(server.requests) == 1
 
 
 async def test_rate_limiter_input_estimate_is_corrected_by_usage() -> None:
-    limiter = RateLimiter(input_tokens_per_minute=1_000_000)
+    # a clock that stands still: the bucket holds exactly what was charged
+    limiter = RateLimiter(input_tokens_per_minute=1_000_000, count_tokens=False,
+                          clock=lambda: 1000.0)
     assert estimate_tokens(REQUEST) == 2  # "Hello?" is 6 characters: ceil(6 / 4)
     async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:
-        import time
-
-        before = time.time()
         await c.generate(REQUEST)
     state = await limiter.store.get(limiter.key)
     interval = 60 / 1_000_000
-    charged = (state["b"]["input_tokens_per_minute"] - before) / interval
-    assert 1117 - 50 < charged < 1117 + 50_000  # the exact 1117, not the estimate 2
+    charged = (state["b"]["input_tokens_per_minute"] - 1000.0) / interval
+    assert charged == pytest.approx(1117, abs=0.01)  # the exact 1117, not the estimate 2
 
 
 async def test_rate_limiter_paused_by_openai_headers_for_every_sharer() -> None:
