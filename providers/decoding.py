@@ -228,7 +228,8 @@ def stream_error(
     :class:`~cuca.errors.RateLimitError` for a rate limit, the
     :class:`~cuca.errors.HttpStatusError` of its status for a bad request (``provider``
     set, ``body`` the frame). ``error`` is the vendor's error object: its integer
-    ``code`` when it is an HTTP status (llama.cpp, vLLM, Gemini), else its ``type``,
+    ``code`` when it is an HTTP status (llama.cpp, vLLM, Gemini; LiteLLM's proxy writes
+    it as a string of three digits), else its ``type``,
     ``code`` or ``status`` name (:data:`STREAM_ERROR_STATUS`). A 4xx kind that
     ``overflow`` recognises as "the prompt does not fit" is an
     :class:`~cuca.errors.HttpContextOverflowError`, as the status would have been. An
@@ -250,6 +251,8 @@ def _implied_status(error: Any) -> int | None:
     if not isinstance(error, dict):
         return None
     code = error.get("code")
+    if type(code) is str and len(code) == 3 and code.isascii() and code.isdigit():
+        code = int(code)  # LiteLLM's proxy writes the status as a string ("code": "429")
     if type(code) is int and 400 <= code < 600:
         return code
     for key in ("type", "code", "status"):

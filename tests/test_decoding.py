@@ -329,6 +329,9 @@ IN_STREAM_ERRORS = [
     ("openai", _chat(type="tokens", code="rate_limit_exceeded"), RateLimitError, 429),
     ("openai", _chat(type="BadRequestError", code=400), HttpStatusError, 400),  # vLLM
     ("openai", _chat(type="unavailable_error", code=503), ServerError, 503),  # llama.cpp
+    # LiteLLM's proxy: the status as a string, "type" often the string "None"
+    ("openai", _chat(type="None", param="None", code="429"), RateLimitError, 429),
+    ("openai", _chat(type="internal_server_error", code="500"), ServerError, 500),
     (
         "responses",
         'event: error\ndata: {"type":"error","code":"rate_limit_exceeded","message":"m"}',
@@ -373,7 +376,16 @@ def test_decoding_in_stream_errors_have_the_kind_of_their_status(
 
 
 @pytest.mark.parametrize(
-    "error", [{"message": "m"}, {"message": "m", "type": "strange"}, "m", {"code": 200}]
+    "error",
+    [
+        {"message": "m"},
+        {"message": "m", "type": "strange"},
+        "m",
+        {"code": 200},
+        {"code": "200"},
+        {"code": "4290"},
+        {"code": "٤٢٩"},  # digits, but not ASCII ones
+    ],
 )
 def test_decoding_in_stream_error_of_no_known_kind_is_a_provider_error(error: object) -> None:
     raised = stream_error("openai", "m", error, "{}")
