@@ -225,12 +225,13 @@ class TurnAdmission:
 
     async def _settle_late(self, ticket: Ticket) -> None:
         """A ticket that came after the turn was settled (it was cancelled while a
-        store's update, which cannot be taken back, was on its way): settled now, as
-        cancelled, so its slot and reservation are given back."""
+        store's update, which cannot be taken back, was on its way): settled now, so
+        its slot and reservation are given back. Its request was never sent: it ends
+        as a turn that failed without a response (a budget charges it nothing)."""
         with trio.move_on_after(SETTLE_TIMEOUT) as scope:
             scope.shield = True
             try:
-                await ticket.settle(TurnOutcome("cancelled"))
+                await ticket.settle(TurnOutcome("error"))
             except CucaError as exc:
                 self.failure = self.failure or exc
 

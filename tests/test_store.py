@@ -243,3 +243,24 @@ async def test_store_turn_cancelled_during_its_update_leaks_no_slot(
                 with trio.fail_after(5):
                     await c.generate(REQUEST)  # the one slot is free
         await store.aclose()
+
+
+async def test_store_turn_cancelled_during_its_budget_reservation_is_charged_nothing(
+    tmp_path: Path,
+) -> None:
+    """The same for a Budget: the reservation that landed after the turn was cancelled
+    is taken back, and nothing is charged (the request was never sent)."""
+    store = SlowUpdates(SqliteStore(tmp_path / "cuca.db"))
+    budget = Budget(tokens=10_000, store=store)
+    async with open_replay_server(Reply(transcript("openai/text"))) as replay:
+        async with CucaClient(OPENAI, base_url=f"{replay.url}/v1", plugins=[budget]) as c:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(c.generate, REQUEST)
+                while not store.started.is_set():
+                    await trio.sleep(0.005)
+                nursery.cancel_scope.cancel()  # while its reservation is being made
+    state = await store.get(budget.key)
+    assert state is not None and state["held"] == {}, f"a reservation was left: {state}"
+    assert (await budget.spent())["tokens"] == 0
+    assert len(replay.requests) == 0
+    await store.aclose()
