@@ -264,3 +264,24 @@ async def test_store_turn_cancelled_during_its_budget_reservation_is_charged_not
     assert (await budget.spent())["tokens"] == 0
     assert len(replay.requests) == 0
     await store.aclose()
+
+
+async def test_store_redis_that_never_answers_is_a_store_error_not_a_hang() -> None:
+    """A Redis that accepts connections and never answers (a hung server, not a
+    stopped one): every call, updates included, fails within a few times the timeout."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # the kernel accepts; nobody ever reads or answers
+    port = listener.getsockname()[1]
+    store = RedisStore(f"redis://127.0.0.1:{port}/0", timeout=0.3)
+    try:
+        with trio.fail_after(3):
+            with pytest.raises(StoreError, match="Timeout"):
+                await store.get("k")
+            with pytest.raises(StoreError, match="Timeout"):
+                await store.update("k", lambda old: (1, None))
+    finally:
+        await store.aclose()
+        listener.close()

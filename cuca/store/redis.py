@@ -3,11 +3,12 @@
 Every call runs the synchronous client in a worker thread (``trio.to_thread``; the
 library's asyncio client does not run under trio). An update is the library's own
 optimistic transaction: ``WATCH`` the key, read it, ``MULTI``/``SET``/``EXEC``, retried
-when another client changed the key meanwhile. Socket timeouts bound every call, so a
-stopped server is a :class:`~cuca.errors.StoreError` within ``timeout`` seconds, never
-a hang. A cancelled caller abandons a read or a write, but waits for an update to
-answer (within the same timeout): the server may have applied it, and the caller must
-learn what it took (a concurrency slot, a reservation) to give it back.
+when another client changed the key meanwhile. Socket timeouts bound every call
+(connecting and each reply; a call is tried twice), so a stopped or hung server is a
+:class:`~cuca.errors.StoreError` within a few times ``timeout``, never a hang. A
+cancelled caller abandons a read or a write, but waits for an update to answer (within
+the same bound): the server may have applied it, and the caller must learn what it
+took (a concurrency slot, a reservation) to give it back.
 """
 
 from __future__ import annotations
