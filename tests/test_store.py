@@ -285,3 +285,31 @@ async def test_store_redis_that_never_answers_is_a_store_error_not_a_hang() -> N
     finally:
         await store.aclose()
         listener.close()
+
+
+@pytest.mark.parametrize("name", ["memory", "sqlite"])
+async def test_store_expired_entries_never_read_again_are_dropped(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache with a ttl keeps writing entries nobody reads again: the expired ones
+    go, so the process's memory (or the SQLite file) does not grow for ever."""
+    import sqlite3
+
+    from cuca.store import memory, sqlite
+
+    monkeypatch.setattr(memory, "SWEEP_EVERY", 16)
+    monkeypatch.setattr(sqlite, "SWEEP_EVERY", 16)
+    with open_store(name, tmp_path) as store:
+        for round_ in range(10):  # 400 entries written, 40 live at a time
+            for n in range(40):
+                await store.set(f"{round_}:{n}", n, ttl=0.03)
+            await trio.sleep(0.04)
+        await store.set("new", 0, ttl=60)
+        if isinstance(store, SqliteStore):
+            with sqlite3.connect(store.path) as db:
+                (kept,) = db.execute("SELECT count(*) FROM cuca_store").fetchone()
+        else:
+            kept = len(store._data)  # type: ignore[attr-defined]
+        assert kept <= 100, f"{kept} of the 401 entries written are kept, 1 of them live"
+        assert await store.get("new") == 0
+        await store.aclose()

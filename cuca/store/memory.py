@@ -11,6 +11,10 @@ __all__ = ["MemoryStore"]
 
 R = TypeVar("R")
 
+SWEEP_EVERY = 1024
+"""Writes between two sweeps of the expired entries (an entry never read again, a
+cache's, would otherwise stay for the life of the process)."""
+
 
 class MemoryStore:
     """A dict of JSON values with expiry. Shared by the features given the same instance
@@ -19,6 +23,8 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._data: dict[str, tuple[bytes, float | None]] = {}
+        self._writes = 0  # since the last sweep of expired entries
+        self._sweep_at = SWEEP_EVERY  # writes before the next: the entries the last left
 
     def _read(self, key: str) -> Any:
         entry = self._data.get(key)
@@ -34,8 +40,14 @@ class MemoryStore:
         if value is None:
             self._data.pop(key, None)
             return
-        expires = None if ttl is None else time.time() + ttl
+        now = time.time()
+        expires = None if ttl is None else now + ttl
         self._data[key] = (encode(value), expires)
+        self._writes += 1
+        if self._writes >= self._sweep_at:  # amortized: O(1) a write
+            for stale in [k for k, (_, e) in self._data.items() if e is not None and e <= now]:
+                del self._data[stale]
+            self._writes, self._sweep_at = 0, max(SWEEP_EVERY, len(self._data))
 
     async def get(self, key: str) -> Any:
         return self._read(key)

@@ -26,6 +26,11 @@ __all__ = ["SqliteStore"]
 R = TypeVar("R")
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS cuca_store (key TEXT PRIMARY KEY, value BLOB, expires REAL)"
+_INDEX = "CREATE INDEX IF NOT EXISTS cuca_store_expires ON cuca_store (expires)"
+
+SWEEP_EVERY = 1024
+"""``set`` calls of one store between two deletions of the expired rows (a cache's
+entries, which ``set`` writes: one never read again would otherwise stay for ever)."""
 
 
 class SqliteStore:
@@ -38,6 +43,7 @@ class SqliteStore:
         self.busy_timeout = busy_timeout
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._writes = 0  # since the last deletion of expired rows
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None:
@@ -48,6 +54,7 @@ class SqliteStore:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.execute(_SCHEMA)
+            connection.execute(_INDEX)
             self._connection = connection
         return self._connection
 
@@ -72,6 +79,10 @@ class SqliteStore:
 
         def work(db: sqlite3.Connection) -> None:
             _write(db, key, data, ttl)
+            self._writes += 1
+            if self._writes >= SWEEP_EVERY:
+                self._writes = 0
+                db.execute("DELETE FROM cuca_store WHERE expires <= ?", (time.time(),))
 
         await self._run(work)
 
