@@ -69,6 +69,7 @@ class SseParser:
     __slots__ = (
         "_at_start",
         "_buf",
+        "_spill",
         "_data",
         "_error",
         "_event",
@@ -84,7 +85,8 @@ class SseParser:
     def __init__(self, *, keep_stray_lines: bool = False) -> None:
         self._keep_stray = keep_stray_lines
         self._buf = bytearray(_INITIAL_CAPACITY)  # the partial last line, reused
-        self._len = 0  # bytes of ``_buf`` in use
+        self._len = 0  # bytes of the partial line: in ``_buf``, then in ``_spill``
+        self._spill: list[bytes] = []  # the rest of a line longer than ``_buf``
         self._line_start = 0  # stream offset of ``_buf[0]``
         self._fed = 0  # stream offset of the chunk being fed
         self._at_start = True  # the leading BOM is not settled yet
@@ -97,10 +99,12 @@ class SseParser:
 
     @property
     def buffer_high_water(self) -> int:
-        """Length of the line buffer in bytes: 8192, or the longest partial line it has
-        held, which is at most the largest single frame plus one partial line (seed 002).
-        The buffer never shrinks. CPython's amortized growth may keep up to an eighth
-        more allocated behind that length (``bytearray.__alloc__()``)."""
+        """Capacity of the line buffer in bytes: 8192, or the longest line it has held,
+        which is at most the largest single frame plus one partial line (seed 002). The
+        buffer never shrinks, and it is allocated to the byte (a line longer than the
+        buffer is kept in pieces until it ends, then copied once into a buffer of its
+        size), so no growth step is kept behind it: ``bytearray.__alloc__()`` is this
+        plus CPython's one terminating byte."""
         return len(self._buf)
 
     @property
@@ -149,6 +153,7 @@ class SseParser:
             self._keep_if_stray(self._decode_buffer(), tail)
             self._raise_if_broken()
         self._len = 0
+        self._spill = []
         self._fed = 0
         self._data = []
         self._event = ""
@@ -318,17 +323,34 @@ class SseParser:
         if not self._len:
             self._line_start = self._fed + start
         need = self._len + end - start
-        if need > len(self._buf):
-            # grow to exactly the line so far (seed 002: the high-water mark is the largest
-            # single frame plus one partial line, not a growth step more); CPython resizes
-            # a bytearray in amortized constant time, so a long line is not copied per read
-            self._buf[self._len :] = memoryview(data)[start:end]
+        if self._spill or need > len(self._buf):
+            # past the buffer: keep the piece, and copy the whole line once it ends into a
+            # buffer of exactly its size (seed 002: the high-water mark is the largest
+            # single frame plus one partial line; growing the bytearray read by read
+            # would keep CPython's growth step, up to an eighth, allocated behind it)
+            self._spill.append(data[start:end])
         else:
             self._buf[self._len : need] = memoryview(data)[start:end]
         self._len = need
 
+    def _gather(self) -> None:
+        """Move the spilled pieces of the line into the buffer, grown to the line's size
+        when it is longer (one allocation and one copy per long line)."""
+        held = self._len - sum(len(piece) for piece in self._spill)
+        if self._len > len(self._buf):
+            grown = bytearray(self._len)
+            grown[:held] = memoryview(self._buf)[:held]
+            self._buf = grown
+        at = held
+        for piece in self._spill:
+            self._buf[at : at + len(piece)] = piece
+            at += len(piece)
+        self._spill = []
+
     def _decode_buffer(self) -> str | None:
         """Decode the buffered line; on invalid UTF-8 record the error, return None."""
+        if self._spill:
+            self._gather()
         try:
             return self._buf[: self._len].decode("utf-8")
         except UnicodeDecodeError as exc:
