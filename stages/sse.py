@@ -69,7 +69,6 @@ class SseParser:
     __slots__ = (
         "_at_start",
         "_buf",
-        "_spill",
         "_data",
         "_error",
         "_event",
@@ -80,6 +79,7 @@ class SseParser:
         "_line_start",
         "_retry",
         "_skip_lf",
+        "_spill",
     )
 
     def __init__(self, *, keep_stray_lines: bool = False) -> None:
