@@ -255,13 +255,13 @@ def bearer_headers(
     api_key: str | None, stream: bool = True, close: bool = False
 ) -> dict[str, str]:
     """JSON-in, event-stream-out headers (JSON out when not ``stream``), with a bearer
-    token only when a key is set, and ``Connection: close`` when ``close`` (for a
-    server whose :attr:`Dialect.closes_after_stream`)."""
+    token only when a key is set, and ``Connection: close`` on a stream when ``close``
+    (a server whose :attr:`Dialect.closes_after_stream`)."""
     accept = "text/event-stream" if stream else "application/json"
     headers = {"content-type": "application/json", "accept": accept}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
-    if close:
+    if close and stream:
         headers["connection"] = "close"
     return headers
 
@@ -290,7 +290,7 @@ class OpenAiCompatAdapter(ProviderAdapter):
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         require_key(self.dialect, self.url, self._api_key)
         body = encode_body(self.dialect, request, self._model or request.model)
-        close = request.stream and self.dialect.closes_after_stream
+        close = self.dialect.closes_after_stream
         return HttpRequest(self.url, bearer_headers(self._api_key, request.stream, close), body)
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:

@@ -220,10 +220,10 @@ class ChatCompletionsDecoder(StreamDecoder):
         calls = self._calls.setdefault(_NO_INDEX if index is None else index, [])
         if call_id:
             same = next((pending for pending in reversed(calls) if pending.id == call_id), None)
-            if same is not None and not (name and same.name and name != same.name):
-                return same
-            if same is not None:  # the id again, on another function: another call
-                calls.append(_PendingCall())
+            if same is not None:
+                if not (name and same.name and name != same.name):
+                    return same
+                calls.append(_PendingCall())  # the id again, on another function
                 return calls[-1]
         if not calls or calls[-1].other(call_id, name):
             calls.append(_PendingCall())

@@ -185,7 +185,7 @@ class ResponsesAdapter(OpenAiCompatAdapter):
         if self.endpoint == ProviderEndpoint.LLAMA_CPP:  # it ignores text.format
             refuse("llama_cpp's /v1/responses route", request.output_schema)
         body = encode_responses_body(request, self._model or request.model, self.endpoint)
-        close = request.stream and self.dialect.closes_after_stream
+        close = self.dialect.closes_after_stream
         return HttpRequest(self.url, bearer_headers(self._api_key, request.stream, close), body)
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
