@@ -26,6 +26,10 @@ from .client import CucaClient as CucaClient
 from .client import PendingResponse as PendingResponse
 from .client import Timeouts as Timeouts
 from .errors import AuthenticationError as AuthenticationError
+from .errors import BatchCancelled as BatchCancelled
+from .errors import BatchError as BatchError
+from .errors import BatchExpired as BatchExpired
+from .errors import BatchFailed as BatchFailed
 from .errors import BudgetExceeded as BudgetExceeded
 from .errors import ConfigurationError as ConfigurationError
 from .errors import ConnectError as ConnectError
@@ -84,6 +88,11 @@ from .types import UnifiedRequest as UnifiedRequest
 from .types import UnifiedResponse as UnifiedResponse
 
 if _typing.TYPE_CHECKING:
+    from .batches import BatchJob as BatchJob
+    from .batches import BatchPolling as BatchPolling
+    from .batches import BatchResults as BatchResults
+    from .batches import BatchState as BatchState
+    from .batches import BatchStatus as BatchStatus
     from .cache import ResponseCache as ResponseCache
     from .context import Compactor as Compactor
     from .convert import converter as converter
@@ -125,6 +134,11 @@ if _typing.TYPE_CHECKING:
     from .tools.tool import ToolFailed as ToolFailed
 
 _LAZY: dict[str, str] = {
+    "BatchJob": "cuca.batches",
+    "BatchPolling": "cuca.batches",
+    "BatchResults": "cuca.batches",
+    "BatchState": "cuca.batches",
+    "BatchStatus": "cuca.batches",
     "Compactor": "cuca.context",
     "converter": "cuca.convert",
     "from_json": "cuca.convert",

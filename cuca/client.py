@@ -24,12 +24,15 @@ from .types import ModelInfo, ProviderEndpoint, TokenCount, UnifiedRequest, Unif
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
+    from cuca.batches import BatchJob, BatchPolling
+    from cuca.batches.job import BatchBackend
     from cuca.engine.model import LocalModel
     from cuca.providers.base import HttpRequest, ProviderAdapter
     from cuca.routing.pool import Pool, PoolPolicy
     from cuca.stages.http import Attempts
     from cuca.stages.pipeline import Insertion, Pipeline
     from cuca.stages.points import Point
+    from cuca.store import Store
     from cuca.tools.loop import ToolLoopOptions, ToolLoopStream
     from cuca.tools.tool import Tool
 
@@ -605,6 +608,55 @@ class CucaClient:
 
         written = "client.run_tools(request, tools)"
         return TurnBlock(run_tools(self, request, tools, **options), written)
+
+    # -- batches (cuca.batches; docs/batches.md) ---------------------------------------
+
+    async def batch(
+        self,
+        requests: Mapping[str, UnifiedRequest] | Sequence[UnifiedRequest],
+        *,
+        store: Store | None = None,
+        label: str = "cuca batch",
+        polling: BatchPolling | None = None,
+    ) -> BatchJob:
+        """Submit ``requests`` as one batch job, answered within a day at the vendor's
+        batch rate (OpenAI's Batch API, Anthropic's Message Batches, Gemini's batch
+        mode), or run as concurrent turns on the local engine. ``requests`` maps your
+        ids to requests (a sequence is numbered ``"0"``, ``"1"``...); the job is recorded
+        in ``store`` (this process's memory by default: pass a shared store for
+        ``batch_job`` to find it after a restart). A :class:`~cuca.Budget` among the
+        plugins reserves the job's projection now and is charged when its results are
+        read. See docs/batches.md."""
+        from cuca.batches.job import submit
+
+        _require_trio()
+        return await submit(self._batches(), requests, store=store, label=label, polling=polling)
+
+    async def batch_job(
+        self, job_id: str, *, store: Store | None = None, polling: BatchPolling | None = None
+    ) -> BatchJob:
+        """The batch job ``job_id`` (a :attr:`BatchJob.id`), from its record in
+        ``store``: in this process or another sharing the store, after a restart."""
+        from cuca.batches.job import reattach
+
+        _require_trio()
+        return await reattach(self._batches(), job_id, store=store, polling=polling)
+
+    def _batches(self) -> BatchBackend:
+        """Where this client's batches run: the wire's batch format, or the engine."""
+        if self._pool is not None:
+            raise ConfigurationError("a batch goes to one server: not to a pool of base URLs")
+        if self.provider == ProviderEndpoint.LOCAL:
+            from cuca.batches.local import LocalBatches
+
+            return LocalBatches(self.generate, self._local().n_seq)
+        from cuca.batches.wire import WireBatches
+        from cuca.stages.probe import request_call
+
+        adapter = self.adapter()
+        http, error = self._http_client(), adapter.status_error
+        send = partial(request_call, http, status_error=error, headers=self.headers)
+        return WireBatches(self.provider, adapter.batch_wire(), send, self.plugins)
 
 
 def _admitters(

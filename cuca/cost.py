@@ -22,7 +22,14 @@ from .types import (
     UnifiedResponse,
 )
 
-__all__ = ["PRICED_PROVIDERS", "model_window", "response_cost", "turn_cost"]
+__all__ = [
+    "BATCH_RATES",
+    "PRICED_PROVIDERS",
+    "batch_rate",
+    "model_window",
+    "response_cost",
+    "turn_cost",
+]
 
 PRICED_PROVIDERS: dict[str, str] = {
     "openai": "openai",
@@ -34,6 +41,24 @@ PRICED_PROVIDERS: dict[str, str] = {
 LM Studio, the local engine) and custom gateways have no price list."""
 
 
+BATCH_RATES: dict[str, Decimal] = {
+    "openai": Decimal("0.5"),
+    "anthropic": Decimal("0.5"),
+    "google_gemini": Decimal("0.5"),
+}
+"""cuca endpoint kind -> the fraction of the list price a batch job's requests cost:
+half, on each vendor's pricing page (OpenAI's Batch API, Anthropic's Message Batches,
+Gemini's batch mode: "50% of the standard cost"). A batch turn is priced with
+genai-prices' own batch prices where it lists them (its ``processing: batch``
+variants), else at this fraction of the list price."""
+
+
+def batch_rate(provider: ProviderEndpoint) -> float:
+    """The fraction of the list price ``provider`` bills a batch's requests at (1 for a
+    provider without batches)."""
+    return float(BATCH_RATES.get(provider.kind, Decimal(1)))
+
+
 def turn_cost(
     provider: ProviderEndpoint,
     model: str,
@@ -41,6 +66,7 @@ def turn_cost(
     cache: PromptCacheUsage | None = None,
     *,
     at: datetime | None = None,
+    batch: bool = False,
 ) -> Decimal | None:
     """What a turn with this usage cost on ``provider`` for ``model``, at time ``at``
     (now by default: some prices depend on the date or the hour), or ``None`` when the
@@ -48,7 +74,9 @@ def turn_cost(
 
     cuca's counts and genai-prices' units nest the same way: ``prompt_tokens`` holds
     the cache reads and writes, ``completion_tokens`` holds the reasoning tokens; each
-    part is billed at its own rate.
+    part is billed at its own rate. ``batch``: the turn ran in a batch job, billed at
+    the vendor's batch prices (genai-prices' ``processing: batch`` variant where it has
+    one, else :data:`BATCH_RATES` of the list price).
     """
     provider_id = PRICED_PROVIDERS.get(provider.kind)
     if provider_id is None or usage is None:
@@ -64,11 +92,22 @@ def turn_cost(
     )
     try:
         price = calc_price(counts, model, provider_id=provider_id, genai_request_timestamp=at)
+        if not batch:
+            return price.total_price
+        batched = calc_price(
+            counts,
+            model,
+            provider_id=provider_id,
+            genai_request_timestamp=at,
+            price_context={"processing": "batch"},
+        )
     except LookupError:  # a model genai-prices has no price for
         return None
     except ValueError:  # inconsistent counts (a cache read larger than the prompt)
         return None
-    return price.total_price
+    if batched.total_price != price.total_price:  # genai-prices lists the batch prices
+        return batched.total_price
+    return price.total_price * BATCH_RATES.get(provider.kind, Decimal(1))
 
 
 def model_window(provider: ProviderEndpoint, model: str) -> ModelInfo:
@@ -89,7 +128,12 @@ def model_window(provider: ProviderEndpoint, model: str) -> ModelInfo:
 def response_cost(response: UnifiedResponse, when: datetime | None) -> Decimal | None:
     """What ``response``'s turn cost at the prices in force at ``when`` (now if ``None``)."""
     return turn_cost(
-        response.provider, response.model, response.usage, response.prompt_cache_usage, at=when
+        response.provider,
+        response.model,
+        response.usage,
+        response.prompt_cache_usage,
+        at=when,
+        batch=response.batch,
     )
 
 

@@ -27,7 +27,11 @@ Every error a turn can produce is a :class:`CucaError`::
     ├── McpError             an MCP server did not start, did not answer, or its session ended
     ├── RateLimitExceeded    cuca's own RateLimiter refused to wait (which limit, how long)
     ├── BudgetExceeded       a Budget refused a turn (spent, projected, limit)
-    └── StoreError           the store of a limiter, budget or cache failed (Redis down)
+    ├── StoreError           the store of a limiter, budget or cache failed (Redis down)
+    └── BatchError           a request of a batch job that never ran
+        ├── BatchExpired         the job reached the vendor's deadline first
+        ├── BatchCancelled       the job was cancelled first
+        └── BatchFailed          the job failed as a whole, or gave no result for it
 
 Errors that end a turn are raised from the stream's iteration; errors that do not
 (a malformed tool call, a chunk hook that failed) are yielded in place of a block and
@@ -39,6 +43,10 @@ from __future__ import annotations
 
 __all__ = [
     "AuthenticationError",
+    "BatchCancelled",
+    "BatchError",
+    "BatchExpired",
+    "BatchFailed",
     "BudgetExceeded",
     "ConfigurationError",
     "ConnectError",
@@ -464,3 +472,25 @@ class StoreError(CucaError):
     hang and never a silent pass, unless the feature was built with ``fail_open=True``."""
 
     prefix = "store error"
+
+
+class BatchError(CucaError):
+    """A request of a batch job that never ran (:meth:`cuca.batches.BatchJob.results`
+    gives it in that request's place). A request that ran and failed gives the error a
+    turn would have raised instead (an :class:`HttpStatusError` of its kind)."""
+
+    prefix = "batch error"
+
+
+class BatchExpired(BatchError):
+    """The job reached the vendor's deadline (24 hours) before this request ran: it
+    was not billed; submit it again."""
+
+
+class BatchCancelled(BatchError):
+    """The job was cancelled before this request ran: it was not billed."""
+
+
+class BatchFailed(BatchError):
+    """The job failed as a whole (the vendor refused its input: the message says why),
+    or ended without a result for this request."""

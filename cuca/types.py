@@ -688,6 +688,9 @@ class UnifiedResponse:
 
     ``cached`` is true when a :class:`~cuca.ResponseCache` answered the turn from a turn
     it kept: nothing was sent, ``usage`` is the kept turn's, and ``cost`` is 0.
+
+    ``batch`` is true for an answer read from a vendor's batch job
+    (:meth:`~cuca.CucaClient.batch`): ``cost`` is then at the vendor's batch rate.
     """
 
     provider: ProviderEndpoint
@@ -703,6 +706,7 @@ class UnifiedResponse:
     compaction: CompactionReport | None = None
     """What a compactor did to the request before it was sent (tokens before and after,
     what each strategy removed), or ``None`` when none ran or nothing was changed."""
+    batch: bool = False
 
     @property
     def cost(self) -> Decimal | None:

@@ -16,6 +16,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from cuca.batch_wire import Answer, BatchWire
 from cuca.errors import (
     ConfigurationError,
     CucaError,
@@ -192,6 +193,23 @@ class ProviderAdapter(abc.ABC):
         """What the server says of ``model``'s window, or ``None`` when it has no route
         for it (the client then looks the model up in genai-prices' data)."""
         return None
+
+    def whole_answer(self, request: UnifiedRequest, body: str) -> Answer:
+        """One whole JSON response to ``request`` (a batch job's answer) decoded as a
+        non-streamed turn's is: by this wire's own decoder, through its whole-response
+        reading (:mod:`~cuca.providers.whole_response`)."""
+        decoder = self.new_decoder(request.set_stream(False))
+        items = decoder.feed(SseEvent(body, JSON_BODY))
+        items += decoder.close()
+        return Answer(tuple(items), decoder.summary())
+
+    def batch_wire(self) -> BatchWire:
+        """This wire's batch format (``providers/<wire>/batch.py``), for the server it
+        speaks to; a ``ConfigurationError`` where the server has none."""
+        raise ConfigurationError(
+            f"{self.endpoint} has no batch API: batches run on OpenAI, Anthropic, Gemini "
+            "and the local engine"
+        )
 
 
 FeedMethod = Callable[[Any, SseEvent], list[Item]]

@@ -43,6 +43,7 @@ __all__ = [
     "finished_call",
     "json_body",
     "loads_json",
+    "result_lines",
     "stream_error",
     "streamed_arguments",
 ]
@@ -260,3 +261,20 @@ def _implied_status(error: Any) -> int | None:
         if isinstance(value, str) and (status := STREAM_ERROR_STATUS.get(value.lower())):
             return status
     return None
+
+
+def result_lines(content: bytes, provider: str) -> list[dict[str, Any]]:
+    """The lines of a JSONL results file (a batch job's), each a JSON object; a line
+    that is not one is a :class:`~cuca.errors.ProviderError` that shows it."""
+    lines: list[dict[str, Any]] = []
+    for text in content.decode("utf-8", errors="replace").splitlines():
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+        except (ValueError, RecursionError):
+            line = None
+        if not isinstance(line, dict):
+            raise ProviderError(provider, f"a batch result line cuca cannot read: {text[:200]}")
+        lines.append(line)
+    return lines

@@ -59,9 +59,20 @@ SUBMODULES = {
     "store",
     "TYPE_CHECKING",
     "Any",
+    "batches",
+    "batch_wire",
 }
 
 CUCA = {
+    "BatchCancelled",
+    "BatchError",
+    "BatchExpired",
+    "BatchFailed",
+    "BatchJob",
+    "BatchPolling",
+    "BatchResults",
+    "BatchState",
+    "BatchStatus",
     "Budget",
     "BudgetExceeded",
     "BudgetWarning",

@@ -162,6 +162,70 @@ class Budget(CucaPlugin):
             )
         return _Reservation(self, key, ttl, ident, amounts)
 
+    async def reserve_batch(
+        self, requests: Sequence[UnifiedRequest], rate: float, ttl: float
+    ) -> dict[str, Any]:
+        """Reserve what a batch job's ``requests`` may cost at most, in one reservation:
+        each request's projection (its prompt estimated from its text: counting ten
+        thousand prompts would take ten thousand requests) with dollars at ``rate`` of
+        the list price (the vendor's batch rate), held ``ttl`` seconds. Raises
+        :class:`BudgetExceeded` as :meth:`admit` does. The reservation is returned as
+        JSON: the job keeps it in its record, and :meth:`settle_batch` (in this process
+        or another sharing the store) charges it when the results are read."""
+        amounts = {"usd": 0.0, "tokens": 0.0}
+        for request in requests:
+            projection = self.project(request)
+            if self.usd is not None and projection.usd is None and self.on_unpriced == "refuse":
+                spent = (await self.spent()).get("usd", 0.0)
+                raise BudgetExceeded(
+                    "usd",
+                    spent,
+                    None,
+                    self.usd,
+                    f"no price is known for {request.model!r} on {request.provider.kind} "
+                    '(on_unpriced="refuse"; pass on_unpriced="allow" to count it at $0)',
+                )
+            amounts["usd"] += (projection.usd or 0.0) * rate
+            amounts["tokens"] += projection.tokens
+        limits = self._limits()
+        amounts = {unit: amounts[unit] for unit in limits}
+        now = self.clock()
+        key, window_ttl = self._key(now)
+        ident = uuid.uuid4().hex
+        refusal = await self.store.update(
+            key, lambda old: _reserve(old, now, ident, amounts, limits, ttl), window_ttl
+        )
+        if refusal is not None:
+            unit, spent = refusal
+            raise BudgetExceeded(
+                unit,
+                spent,
+                amounts[unit],
+                limits[unit],
+                f"{unit}: spent and reserved {_shown(unit, spent)}, this batch projects "
+                f"{_shown(unit, amounts[unit])}, the limit is {_shown(unit, limits[unit])}",
+            )
+        return {"budget": self.key, "key": key, "ttl": window_ttl, "id": ident, "amounts": amounts}
+
+    async def settle_batch(
+        self, reservation: Mapping[str, Any], usd: float, tokens: int
+    ) -> list[BudgetWarning]:
+        """Charge a batch job's exact cost (``usd`` at the batch rate, ``tokens``
+        prompt plus completion) against its :meth:`reserve_batch` reservation, which is
+        released; the warnings the charge crossed."""
+        reserved: Mapping[str, float] = reservation["amounts"]
+        charge = {"usd": usd, "tokens": float(tokens)}
+        charge = {unit: charge[unit] for unit in reserved}
+        limits, warn_at, ident = self._limits(), self.warn_at, str(reservation["id"])
+        ttl = reservation.get("ttl")
+        warnings: list[BudgetWarning] = await self.store.update(
+            str(reservation["key"]), lambda old: _settle(old, ident, charge, limits, warn_at), ttl
+        )
+        for warning in warnings:
+            if self.on_warn is not None:
+                self.on_warn(warning)
+        return warnings
+
     async def _settle(
         self,
         key: str,
@@ -230,17 +294,27 @@ def _state(old: Any) -> dict[str, Any]:
 
 
 def _reserve(
-    old: Any, now: float, ident: str, amounts: Mapping[str, float], limits: Mapping[str, float]
+    old: Any,
+    now: float,
+    ident: str,
+    amounts: Mapping[str, float],
+    limits: Mapping[str, float],
+    ttl: float | None = None,
 ) -> tuple[dict[str, Any], tuple[str, float] | None]:
     """Add the reservation when every unit still fits; else the unit that does not and
-    what is spent and reserved in it (nothing changed)."""
+    what is spent and reserved in it (nothing changed). It is dropped ``ttl`` seconds
+    on (:data:`RESERVATION_TTL` when ``None``) if it was never settled."""
     state = _state(old)
-    held = {k: v for k, v in state["held"].items() if float(v["at"]) > now - RESERVATION_TTL}
+    held = {
+        k: v
+        for k, v in state["held"].items()
+        if float(v["at"]) > now - float(v.get("ttl", RESERVATION_TTL))
+    }
     for unit, limit in limits.items():
         used = float(state["spent"].get(unit, 0.0)) + sum(float(h[unit]) for h in held.values())
         if used + amounts[unit] > limit:
             return state, (unit, used)
-    held[ident] = {"at": now, **amounts}
+    held[ident] = {"at": now, **amounts} if ttl is None else {"at": now, "ttl": ttl, **amounts}
     state["held"] = held
     return state, None
 
