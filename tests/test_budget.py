@@ -309,3 +309,105 @@ async def test_budget_warning_once_per_window() -> None:
                 await c.generate(REQUEST)
     told = [n for n, seen in enumerate(events.turns) if ("warning", "tokens") in seen]
     assert told == [1, 4]
+
+
+@pytest.mark.parametrize("unit", ["tokens", "usd"])
+async def test_budget_admits_a_turn_that_fits_exactly(unit: str) -> None:
+    """docs/limits.md: a turn is refused when it "would spend past a cap": one whose
+    projection is the whole budget goes out; one a hair over is refused, nothing sent.
+    ``count_tokens=False``: "Hello?" is 2 tokens by the text estimate (6 / 4, rounded
+    up), plus its ``max_tokens`` of 64."""
+    exact = Budget(tokens=66, count_tokens=False)
+    projection = exact.project(REQUEST.with_provider(OPENAI), 2)
+    assert projection.tokens == 66 and projection.usd is None
+    priced = Budget(usd=1.0, count_tokens=False).project(REQUEST.with_provider(OPENAI), 2)
+    assert priced.usd is not None
+    whole = {"tokens": 66.0, "usd": priced.usd}[unit]
+    async with open_replay_server(TEXT) as server:
+        async with client(server.url, Budget(**{unit: whole}, count_tokens=False)) as c:
+            await c.generate(REQUEST)
+        assert len(server.requests) == 1
+        over = Budget(**{unit: 65 if unit == "tokens" else whole * 0.999}, count_tokens=False)
+        async with client(server.url, over) as c:
+            with pytest.raises(BudgetExceeded) as caught:
+                await c.generate(REQUEST)
+        assert (caught.value.spent, caught.value.projected) == (0.0, whole)
+    assert len(server.requests) == 1
+    if unit == "tokens":
+        assert str(caught.value).endswith(
+            "tokens: spent and reserved 0 tokens, this turn projects 66 tokens, "
+            "the limit is 65 tokens"
+        )
+
+
+async def test_budget_project_estimates_the_prompt_when_not_given() -> None:
+    """``Budget.project(request)``: the prompt estimated from the text (6 characters:
+    2 tokens) plus ``max_tokens``; an unset ``max_tokens`` projects 4096."""
+    budget = Budget(tokens=10**6)
+    assert budget.project(REQUEST).tokens == 2 + 64
+    unset = UnifiedRequest.new("gpt-4o").add_user_message("Hello?")
+    assert budget.project(unset).tokens == 2 + 4096
+
+
+async def test_budget_spent_is_zero_before_any_turn_in_each_window() -> None:
+    """``spent()`` of a window nothing was charged in: 0 in every unit, whatever the
+    window before spent."""
+    now = [1000.0]
+    budget = Budget(usd=1.0, tokens=10**6, window=60, clock=lambda: now[0])
+    assert await budget.spent() == {"usd": 0.0, "tokens": 0.0}
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        await c.generate(REQUEST)
+    assert (await budget.spent())["tokens"] == 1163
+    now[0] += 60
+    assert await budget.spent() == {"usd": 0.0, "tokens": 0.0}
+
+
+async def test_budget_settled_turn_releases_its_reservation() -> None:
+    """A turn's reservation is replaced by its charge when it ends: with 1163 tokens
+    charged and room for exactly one more projection (66), the next turn fits; a
+    reservation left held would refuse it."""
+    budget = Budget(tokens=1163 + 66, count_tokens=False)
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        await c.generate(REQUEST)
+        await c.generate(REQUEST)
+        with pytest.raises(BudgetExceeded) as caught:
+            await c.generate(REQUEST)
+    assert caught.value.spent == 2 * 1163
+    assert len(server.requests) == 2
+
+
+async def test_budget_unpriced_model_allowed_is_charged_nothing() -> None:
+    """``on_unpriced="allow"``: a model without a price is counted at $0, its tokens
+    at their count."""
+    request = UnifiedRequest.new("my-own-model").add_user_message("Hi").set_max_tokens(8)
+    budget = Budget(usd=1.0, tokens=10**6, on_unpriced="allow")
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        await c.generate(request)
+    assert await budget.spent() == {"usd": 0.0, "tokens": 1163.0}
+
+
+async def test_budget_warns_when_spending_reaches_warn_at_exactly() -> None:
+    """1163 tokens of a 2326 cap is exactly the 0.5 asked: that turn warns."""
+    told: list[BudgetWarning] = []
+    budget = Budget(tokens=2326, warn_at=0.5, on_warn=told.append)
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        await c.generate(REQUEST)
+    assert [(w.spent, w.fraction) for w in told] == [(1163.0, 0.5)]
+
+
+async def test_budget_window_state_expires_with_its_window() -> None:
+    """A windowed budget's state is written with a lifetime (two windows), admission
+    and settling alike: a window's key does not stay in a shared store for ever."""
+    from cuca.store import MemoryStore
+
+    ttls: list[float | None] = []
+
+    class Recording(MemoryStore):
+        async def update(self, key: str, change: Any, ttl: float | None = None) -> Any:
+            ttls.append(ttl)
+            return await super().update(key, change, ttl)
+
+    budget = Budget(tokens=10**6, window=60, store=Recording())
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        await c.generate(REQUEST)
+    assert ttls == [120, 120]

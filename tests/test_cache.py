@@ -324,3 +324,43 @@ async def test_cache_entries_are_per_base_url() -> None:
                 await c.generate(REQUEST)
     assert (len(one.requests), len(two.requests)) == (1, 1)
     assert (cache.hits, cache.misses) == (2, 2)
+
+
+class UnwritableStore(MemoryStore):
+    """A store that reads (every lookup a miss) but fails to write (a full disk): its
+    ``set`` of an entry, or its ``update`` of the ``max_entries`` index, as ``failing``
+    says."""
+
+    def __init__(self, failing: str) -> None:
+        super().__init__()
+        self.failing = failing
+
+    async def set(self, key: str, value: Any, ttl: float | None = None) -> None:
+        if self.failing == "set":
+            raise StoreError("sqlite /var/lib/cuca.db: OperationalError: database or disk is full")
+        await super().set(key, value, ttl)
+
+    async def update(self, key: str, change: Any, ttl: float | None = None) -> Any:
+        if self.failing == "update":
+            raise StoreError("sqlite /var/lib/cuca.db: OperationalError: database or disk is full")
+        return await super().update(key, change, ttl)
+
+
+@pytest.mark.parametrize("failing", ["set", "update"])
+async def test_cache_entry_that_cannot_be_written_ends_the_turn_with_a_store_error(
+    failing: str,
+) -> None:
+    """docs/cache.md: a store that fails ends the turn with StoreError, never a silent
+    pass: writing the entry (``set``), or its place in the ``max_entries`` index
+    (``update``), as much as reading it; with ``fail_open=True`` the turn keeps its
+    answer."""
+    async with open_replay_server(TEXT) as server:
+        cache = ResponseCache(store=UnwritableStore(failing), max_entries=10)
+        async with client(server.url, cache) as c:
+            with pytest.raises(StoreError, match="disk is full"):
+                await c.generate(REQUEST)
+        cache = ResponseCache(store=UnwritableStore(failing), max_entries=10, fail_open=True)
+        async with client(server.url, cache) as c:
+            done = await c.generate(REQUEST)
+            assert done.text and not done.response.cached
+    assert len(server.requests) == 2

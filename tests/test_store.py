@@ -313,3 +313,36 @@ async def test_store_expired_entries_never_read_again_are_dropped(
         assert kept <= 100, f"{kept} of the 401 entries written are kept, 1 of them live"
         assert await store.get("new") == 0
         await store.aclose()
+
+
+async def test_store_sqlite_update_holds_the_write_lock_from_its_read(tmp_path: Path) -> None:
+    """docs/limits.md: an update is one ``BEGIN IMMEDIATE`` transaction, so while one
+    process's update sits between its read and its write no other process can start a
+    write (it waits, up to its busy timeout): two processes' updates never interleave.
+    A plain ``BEGIN`` takes the lock only at the write, and the process that read first
+    then fails with "database is locked" when the other wrote meanwhile."""
+    import sqlite3
+
+    path = tmp_path / "shared.db"
+    store = SqliteStore(path)
+    other_writer: list[str] = []
+
+    def change(old: Any) -> tuple[int, int]:
+        # another process, mid-update, asks for the write lock without waiting
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            other_writer.append("got in")
+        except sqlite3.OperationalError as exc:
+            other_writer.append(str(exc))
+        finally:
+            other.close()
+        return (old or 0) + 1, (old or 0) + 1
+
+    try:
+        assert await store.update("turns", change) == 1
+        assert await store.update("turns", change) == 2
+    finally:
+        await store.aclose()
+    assert other_writer == ["database is locked", "database is locked"]

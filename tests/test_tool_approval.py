@@ -5,6 +5,7 @@ turn, the trace marks the execute_tool span)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,28 @@ async def test_tool_approval_timeout_must_be_seconds() -> None:
         with pytest.raises(ConfigurationError, match="approval_timeout"):
             async with c.run_tools(REQUEST, [], approval_timeout=-1):
                 pass
+
+
+async def test_tool_approval_a_yes_after_the_timeout_is_ignored() -> None:
+    """docs/tools.md: a sync approver still at its prompt when ``approval_timeout``
+    passes is abandoned in its thread: the call is refused at once and its late yes is
+    ignored (an approval that waited for it would fail open). The approver answers
+    only once the loop has ended, or after 10 s if the loop waits for it."""
+    release, answered = threading.Event(), threading.Event()
+
+    def person_at_a_prompt(call: ToolCall) -> bool:
+        release.wait(10)
+        answered.set()
+        return True
+
+    events = Events()
+    try:
+        ran, results, _ = await run_booking(
+            FAMILIES[0], person_at_a_prompt, (events,), approval_timeout=0.05
+        )
+        assert not answered.is_set()  # the loop did not wait for the answer
+    finally:
+        release.set()
+    assert ran == []
+    assert [r.output for r in results] == ["denied: no decision within 0.05 s"]
+    assert [e.outcome for e in events.events] == ["timeout"]

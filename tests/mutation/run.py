@@ -1,0 +1,187 @@
+"""Mutation testing, module by module: ``make mutate [MODULES="cuca/limits/budget.py ..."]``.
+
+For each module named (default: every module of ``modules.toml``), mutmut makes its
+mutants and runs, for each, the tests of the module's test files (``modules.toml``) that
+call the mutated function; the score printed is the share of mutants those tests kill,
+survivors shown equivalent in ``equivalent.toml`` set apart. See docs/testing.md,
+"Mutation testing".
+
+Why a staging tree: the package maps ``cuca.stages``, ``cuca.providers`` and
+``cuca.engine`` to the folders ``stages/``, ``providers/`` and ``engine/`` beside
+``cuca/`` (``package-dir`` in pyproject.toml). mutmut copies the code it mutates to
+``mutants/`` and puts that folder first on ``sys.path``; with the folders as they are,
+``cuca.stages.opening`` would still be imported from ``stages/`` unmutated (and mutmut
+would name its functions ``stages.opening``, matching no test). So each module runs in
+``.cache/mutate/<module>/``, a copy laid out as the imports see it (``cuca/stages/``,
+``cuca/providers/``, ``cuca/engine/``), where the mutants are the code the tests import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import attrs
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+# where a folder of the repository sits in the package (pyproject.toml, package-dir)
+MAPPED = {"stages": "cuca/stages", "providers": "cuca/providers", "engine": "cuca/engine"}
+# mutmut's exit codes (mutmut.stats.status_by_exit_code): a test failed, or the tests ran
+# past their time (a mutant that hangs the turn is caught); anything else is not a kill
+KILLED = {1, 3, 37}
+TIMEOUT = {36, -24, 24, 152, 255}
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+
+
+def modules() -> dict[str, list[str]]:
+    """Every module of ``modules.toml`` (tier and core) with its test files."""
+    table = tomllib.loads((HERE / "modules.toml").read_text())
+    return {module: tests for group in table.values() for module, tests in group.items()}
+
+
+@attrs.frozen
+class Equivalent:
+    """A mutant shown to change no behaviour: which function, the line it changes, why."""
+
+    module: str
+    function: str
+    was: str
+    now: str
+    reason: str
+
+
+def equivalents() -> list[Equivalent]:
+    """``equivalent.toml``: a mutant is known by its function and its one-line change,
+    not by mutmut's number, which shifts when the function changes."""
+    table = tomllib.loads((HERE / "equivalent.toml").read_text())
+    return [Equivalent(**entry) for entry in table.get("mutant", [])]
+
+
+def staged(module: str) -> str:
+    """The module's path in the staging tree (``stages/opening.py``: ``cuca/stages/...``)."""
+    top, _, rest = module.partition("/")
+    return f"{MAPPED[top]}/{rest}" if top in MAPPED else module
+
+
+def stage(module: str, tests: list[str]) -> Path:
+    """A fresh staging tree for ``module``: the package as imported, the tests, and the
+    project's pyproject.toml with this module's mutmut settings."""
+    where = ROOT / ".cache" / "mutate" / module.replace("/", "_").removesuffix(".py")
+    shutil.rmtree(where, ignore_errors=True)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    shutil.copytree(ROOT / "cuca", where / "cuca", ignore=skip)
+    for folder, target in MAPPED.items():
+        shutil.copytree(ROOT / folder, where / target, ignore=skip)
+    shutil.copytree(ROOT / "tests", where / "tests", ignore=skip)
+    settings = {
+        "source_paths": ["cuca"],
+        "only_mutate": [staged(module)],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-p", "no:cacheprovider"],
+        "use_git_change_detection": False,
+        # debug keeps the workers' output: without it mutmut points each worker's stdout
+        # at an open os.devnull, which tests/conftest.py reports as an unclosed file, and
+        # every mutant is "killed" by that report (seen: 406 of 406 on budget.py)
+        "debug": True,
+    }
+    lines = [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
+    text = (ROOT / "pyproject.toml").read_text() + "\n[tool.mutmut]\n" + "\n".join(lines) + "\n"
+    (where / "pyproject.toml").write_text(text)
+    return where
+
+
+def diff(where: Path, name: str) -> tuple[str, str]:
+    """The line a mutant removes and the one it adds (``mutmut show``)."""
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "mutmut"), "show", name],
+        cwd=where, capture_output=True, text=True, check=False,
+    ).stdout
+    was = [line[1:].strip() for line in shown.splitlines() if re.match(r"-(?!--)", line)]
+    now = [line[1:].strip() for line in shown.splitlines() if re.match(r"\+(?!\+\+)", line)]
+    return " ".join(was), " ".join(now)
+
+
+def function_of(name: str) -> str:
+    """``cuca.limits.budget.xǁBudgetǁreserve__mutmut_7``: ``Budget.reserve``."""
+    last = name.rsplit(".", 1)[-1].removeprefix("x_").removeprefix("x")
+    return re.sub(r"__mutmut_\d+$", "", last).strip("ǁ").replace("ǁ", ".")
+
+
+def run(module: str, tests: list[str], children: int) -> dict[str, object]:
+    """Mutate ``module``, run its tests against each mutant, and score it."""
+    started = time.monotonic()
+    where = stage(module, tests)
+    log = where / "mutmut.log"
+    with log.open("w") as out:
+        mutmut = str(Path(sys.executable).parent / "mutmut")
+        command = ["nice", "-n", "10", mutmut, "run", "--max-children", str(children)]
+        done = subprocess.run(command, cwd=where, stdout=out, stderr=subprocess.STDOUT)
+    meta = where / "mutants" / (staged(module) + ".meta")
+    if done.returncode != 0 or not meta.exists():
+        raise SystemExit(f"{module}: mutmut failed (exit {done.returncode}); see {log}")
+    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    known = [e for e in equivalents() if e.module == module]
+    survivors, equivalent, odd = [], [], []
+    for name, code in sorted(codes.items()):
+        if code in KILLED or code in TIMEOUT:
+            continue
+        if code not in SURVIVED | NO_TESTS:
+            odd.append((name, code))
+            continue
+        was, now = diff(where, name)
+        function = function_of(name)
+        match = [e for e in known if (e.function, e.was, e.now) == (function, was, now)]
+        (equivalent if match else survivors).append((name, function, was, now, code))
+    with (where / "survivors.txt").open("w") as report:
+        for name, function, was, now, code in survivors:
+            why = "no test calls it" if code in NO_TESTS else "survived"
+            report.write(f"{name} ({why})\n  function = {function!r}\n")
+            report.write(f"  was = {was!r}\n  now = {now!r}\n\n")
+        for name, code in odd:
+            report.write(f"{name}: exit code {code} (neither killed nor survived)\n\n")
+    total = len(codes)
+    killed = total - len(survivors) - len(equivalent) - len(odd)
+    return {
+        "module": module,
+        "mutants": total,
+        "killed": killed,
+        "equivalent": len(equivalent),
+        "survived": len(survivors) + len(odd),
+        "score": killed / max(1, total - len(equivalent)),
+        "seconds": round(time.monotonic() - started),
+        "report": str((where / "survivors.txt").relative_to(ROOT)),
+    }
+
+
+def main() -> None:
+    known = modules()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help="paths as in modules.toml (default: all)")
+    parser.add_argument("--children", type=int, default=1, help="mutants run at once")
+    args = parser.parse_args()
+    chosen = args.modules or list(known)
+    unknown = [m for m in chosen if m not in known]
+    if unknown:
+        parser.error(f"not in tests/mutation/modules.toml: {', '.join(unknown)}")
+    header = f"{'module':34} {'mutants':>7} {'killed':>6} {'equiv':>5} {'alive':>5} {'score':>6}"
+    print(header, flush=True)
+    for module in chosen:
+        row = run(module, known[module], args.children)
+        print(
+            f"{module:34} {row['mutants']:>7} {row['killed']:>6} {row['equivalent']:>5}"
+            f" {row['survived']:>5} {row['score']:>6.1%}  {row['seconds']} s  {row['report']}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
