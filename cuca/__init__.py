@@ -114,11 +114,11 @@ if _typing.TYPE_CHECKING:
     from .plugins import LoopObserver as LoopObserver
     from .plugins import TurnObserver as TurnObserver
     from .plugins import TurnOutcome as TurnOutcome
-    from .providers.anthropic import AnthropicConfig as AnthropicConfig
-    from .providers.llamacpp import LlamaCppConfig as LlamaCppConfig
-    from .providers.llamacpp import LlamaRoute as LlamaRoute
-    from .providers.openai_config import OpenAiApi as OpenAiApi
-    from .providers.openai_config import OpenAiConfig as OpenAiConfig
+    from .providers.anthropic.encode import AnthropicConfig as AnthropicConfig
+    from .providers.chat.config import OpenAiApi as OpenAiApi
+    from .providers.chat.config import OpenAiConfig as OpenAiConfig
+    from .providers.llamacpp.encode import LlamaCppConfig as LlamaCppConfig
+    from .providers.llamacpp.encode import LlamaRoute as LlamaRoute
     from .providers.registry import register_adapter as register_adapter
     from .retry import RetryPolicy as RetryPolicy
     from .routing.fallback import FallbackClient as FallbackClient
@@ -170,11 +170,11 @@ _LAZY: dict[str, str] = {
     "Capabilities": "cuca.engine",
     "LocalModel": "cuca.engine",
     "SamplingConfig": "cuca.engine",
-    "AnthropicConfig": "cuca.providers.anthropic",
-    "LlamaCppConfig": "cuca.providers.llamacpp",
-    "LlamaRoute": "cuca.providers.llamacpp",
-    "OpenAiApi": "cuca.providers.openai_config",
-    "OpenAiConfig": "cuca.providers.openai_config",
+    "AnthropicConfig": "cuca.providers.anthropic.encode",
+    "LlamaCppConfig": "cuca.providers.llamacpp.encode",
+    "LlamaRoute": "cuca.providers.llamacpp.encode",
+    "OpenAiApi": "cuca.providers.chat.config",
+    "OpenAiConfig": "cuca.providers.chat.config",
     "register_adapter": "cuca.providers.registry",
     "LoggedTurn": "cuca.observers.session_log",
     "SessionLog": "cuca.observers.session_log",

@@ -25,19 +25,20 @@ from cuca.errors import (
     ProviderError,
     http_status_error,
 )
+from cuca.stages.framing import JSON_BODY, JsonOrSse
 from cuca.stages.protocols import Framer, StreamDecoder
 from cuca.stages.sse import SseEvent, SseParser
 from cuca.turn import Item
 from cuca.types import (
     ModelInfo,
+    OutputSchema,
     ProviderEndpoint,
     TokenCount,
     UnifiedRequest,
 )
 
-from .decoding import loads_json, stream_error
-from .framing import JSON_BODY, JsonOrSse
-from .overflow import Overflow, any_overflow
+from .decoding import Overflow, loads_json, stream_error
+from .overflow import any_overflow
 
 __all__ = [
     "JSON_BODY",
@@ -93,7 +94,7 @@ def with_headers(wire: HttpRequest, extra: Mapping[str, str]) -> HttpRequest:
         if name.lower() in SECRET_HEADERS:
             raise ConfigurationError(
                 f"the extra header {name!r} would replace the auth header sent for the "
-                "client's API key: pass the key as api_key=, or api_key=\"\" to send your own"
+                'client\'s API key: pass the key as api_key=, or api_key="" to send your own'
             )
         raise ConfigurationError(
             f"the extra header {name!r} is one the adapter sets itself: cuca does not "
@@ -269,3 +270,11 @@ def _not_streamed(provider: str, body: str) -> CucaError:
     )
 
 
+def refuse(provider: str, spec: OutputSchema | None) -> None:
+    """A ``ConfigurationError``, before any byte is sent, when a backend that cannot
+    constrain its answer gets a request with an output schema."""
+    if spec is not None:
+        raise ConfigurationError(
+            f"{provider} cannot constrain its answer to a JSON Schema (output schema "
+            f"{spec.name!r}): remove it with set_output_schema(None) or use another backend"
+        )

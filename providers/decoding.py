@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import attrs
 import msgspec
 
 from cuca.errors import (
@@ -37,11 +38,16 @@ from cuca.types import ToolCall
 
 __all__ = [
     "STREAM_ERROR_STATUS",
+    "Overflow",
     "Shape",
     "decode_frame",
+    "error_object",
     "error_text",
     "finished_call",
     "json_body",
+    "json_dict",
+    "json_int",
+    "json_list",
     "loads_json",
     "result_lines",
     "stream_error",
@@ -278,3 +284,41 @@ def result_lines(content: bytes, provider: str) -> list[dict[str, Any]]:
             raise ProviderError(provider, f"a batch result line cuca cannot read: {text[:200]}")
         lines.append(line)
     return lines
+
+
+@attrs.frozen
+class Overflow:
+    """A recognised overflow: the window (``limit``) and what the request needed
+    (``requested``), in tokens, when the vendor said."""
+
+    limit: int | None = None
+    requested: int | None = None
+
+
+def json_int(value: Any) -> int | None:
+    """An integer from vendor JSON, or ``None`` (a bool is not one)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def error_object(body: str) -> Mapping[str, Any] | None:
+    """The ``error`` object of an OpenAI-shaped body, or the body itself when it is
+    the flat ``{"object": "error", "message": ...}`` of older vLLM builds."""
+    data = json_body(body)
+    if not isinstance(data, Mapping):
+        return None
+    error = data.get("error")
+    if isinstance(error, Mapping):
+        return error
+    if isinstance(error, str):
+        return {"message": error}
+    return data if isinstance(data.get("message"), str) else None
+
+
+def json_list(value: Any) -> list[Any]:
+    """``value`` if it is a JSON array, else an empty list."""
+    return value if isinstance(value, list) else []
+
+
+def json_dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty dict."""
+    return value if isinstance(value, dict) else {}

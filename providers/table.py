@@ -38,15 +38,15 @@ __all__ = [
     "missing_key_hint",
 ]
 
-CHAT_ADAPTER = "cuca.providers.openai_family:make_chat"
+CHAT_ADAPTER = "cuca.providers.chat.family:make_chat"
 """The factory of every entry with a ``chat`` dialect: the ``/chat/completions`` adapter,
 or the Responses one when the entry's ``OpenAiConfig`` asks for it."""
-_OPENAI_CONFIG = "cuca.providers.openai_config:OpenAiConfig"
+_OPENAI_CONFIG = "cuca.providers.chat.config:OpenAiConfig"
 
 
 class ChatDialect(TypedDict, total=False):
     """What an OpenAI-compatible server does differently (each key has a default; see
-    :class:`cuca.providers.openai_compat.Dialect` for what each means)."""
+    :class:`cuca.providers.chat.encode.Dialect` for what each means)."""
 
     thinking: Literal["effort", "mode"]
     max_tokens_field: str
@@ -132,9 +132,9 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         "anthropic",
         "Anthropic",
         "/messages",
-        "cuca.providers.anthropic:make_anthropic",
+        "cuca.providers.anthropic.encode:make_anthropic",
         base_url="https://api.anthropic.com/v1",
-        config=("cuca.providers.anthropic:AnthropicConfig",),
+        config=("cuca.providers.anthropic.encode:AnthropicConfig",),
         key_env=("ANTHROPIC_API_KEY",),
         base_url_env=("ANTHROPIC_BASE_URL",),
         key_always=True,
@@ -146,7 +146,7 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         "gemini",
         "Gemini",
         "streamGenerateContent",
-        "cuca.providers.gemini:make_gemini",
+        "cuca.providers.gemini.encode:make_gemini",
         base_url="https://generativelanguage.googleapis.com",
         key_env=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
         key_always=True,
@@ -158,7 +158,7 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         "deepseek",
         "DeepSeek",
         "/chat/completions, or /messages under /anthropic",
-        "cuca.providers.deepseek:make_deepseek",
+        "cuca.providers.chat.deepseek:make_deepseek",
         base_url="https://api.deepseek.com/v1",
         key_env=("DEEPSEEK_API_KEY",),
         default_model="deepseek-chat",
@@ -169,9 +169,9 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         "llama_cpp",
         "llama.cpp (llama-server)",
         "/v1/chat/completions, or /completion",
-        "cuca.providers.llamacpp:make_llama_cpp",
+        "cuca.providers.llamacpp.encode:make_llama_cpp",
         base_url="http://127.0.0.1:8080",
-        config=("cuca.providers.llamacpp:LlamaCppConfig", _OPENAI_CONFIG),
+        config=("cuca.providers.llamacpp.encode:LlamaCppConfig", _OPENAI_CONFIG),
         default_model="default",  # llama-server serves the model it was started with
         docs="llama-cpp.md",
     ),

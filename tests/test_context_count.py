@@ -24,8 +24,8 @@ from cuca import (
     ToolDefinition,
     UnifiedRequest,
 )
-from cuca.providers import token_estimate
-from cuca.providers.token_estimate import (
+from cuca.providers.chat import estimate as token_estimate
+from cuca.providers.chat.estimate import (
     ENCODING_SHA256,
     count_text,
     encoding_for,

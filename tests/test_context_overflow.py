@@ -23,7 +23,9 @@ from cuca import (
     ProviderEndpoint,
     UnifiedRequest,
 )
-from cuca.providers.overflow import Overflow, anthropic_overflow, chat_overflow
+from cuca.providers.anthropic.overflow import anthropic_overflow
+from cuca.providers.chat.overflow import chat_overflow
+from cuca.providers.decoding import Overflow
 from cuca.testing import Reply, open_replay_server
 
 REQUEST = UnifiedRequest.new("some-model").add_user_message("A very long story...")

@@ -18,7 +18,8 @@ from cuca.errors import (
     RateLimitError,
     ServerError,
 )
-from cuca.providers.anthropic_decode import AnthropicDecoder
+from cuca.providers.anthropic.decode import AnthropicDecoder
+from cuca.providers.chat.decode import ChatCompletionsDecoder
 from cuca.providers.decoding import (
     Shape,
     decode_frame,
@@ -26,9 +27,8 @@ from cuca.providers.decoding import (
     stream_error,
     streamed_arguments,
 )
-from cuca.providers.gemini_decode import GeminiDecoder
-from cuca.providers.openai_decode import ChatCompletionsDecoder
-from cuca.providers.responses_decode import ResponsesDecoder
+from cuca.providers.gemini.decode import GeminiDecoder
+from cuca.providers.responses.decode import ResponsesDecoder
 from cuca.stages import SseEvent
 
 
@@ -413,8 +413,8 @@ def test_decoding_200_json_error_that_the_prompt_does_not_fit_is_an_overflow(
     is an HttpContextOverflowError with the window and the prompt's size, as the 400
     would have been (it was a plain HttpStatusError), whether the request streamed (a
     server that ignored stream: true) or not."""
-    from cuca.providers.framing import JSON_BODY
     from cuca.providers.whole_response import WholeResponseDecoder
+    from cuca.stages.framing import JSON_BODY
 
     body = json.dumps({"error": {"message": "m", **error}})
     streamed = _new_decoder(name)

@@ -81,7 +81,7 @@ def test_imports_a_lazy_name_loads_its_package_on_first_use() -> None:
     modules = loaded_after("import cuca\ncuca.LocalModel")
     assert {"cuca.engine", "jinja2"} <= modules
     modules = loaded_after("from cuca import AnthropicConfig")
-    assert "cuca.providers.anthropic" in modules
+    assert "cuca.providers.anthropic.encode" in modules
     assert "cuca.engine" not in modules
 
 
@@ -92,24 +92,30 @@ def test_imports_an_openai_turn_loads_only_its_adapter() -> None:
         "CucaClient(ProviderEndpoint.OPENAI, api_key='k').adapter()"
     )
     modules = loaded_after(code)
-    assert "cuca.providers.openai_compat" in modules
+    assert "cuca.providers.chat.encode" in modules
     assert heavy(modules) <= {
         "cuca.providers",
         "cuca.providers.base",
         "cuca.providers.registry",
         "cuca.providers.table",
-        "cuca.providers.openai_compat",
-        "cuca.providers.openai_family",
-        "cuca.providers.openai_decode",
-        "cuca.providers.framing",
+        "cuca.providers.chat.encode",
+        "cuca.providers.chat.family",
+        "cuca.providers.chat.decode",
+        "cuca.stages.framing",
         "cuca.providers.decoding",
         # small helpers every OpenAI-shaped adapter uses: which API, structured output,
         # non-streamed responses
-        "cuca.providers.openai_config",
-        "cuca.providers.output_format",
+        "cuca.providers.chat.config",
+        "cuca.providers.chat.whole",
         "cuca.providers.whole_response",
         # the vendors' context-overflow answers, recognised at the error boundary
         "cuca.providers.overflow",
+        "cuca.providers.chat.overflow",
+        "cuca.providers.chat",
+        "cuca.providers.anthropic",
+        "cuca.providers.anthropic.overflow",
+        "cuca.providers.gemini",
+        "cuca.providers.gemini.overflow",
         # the chunk structs' decoder, with the submodules msgspec always loads
         *(m for m in modules if m == "msgspec" or m.startswith("msgspec.")),
     }

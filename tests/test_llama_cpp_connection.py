@@ -23,8 +23,8 @@ from support.http_requests import read_request
 
 from cuca import CucaClient, ProviderEndpoint, UnifiedRequest
 from cuca.providers.base import ClientSettings
-from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute, make_llama_cpp
-from cuca.providers.openai_family import make_chat
+from cuca.providers.chat.family import make_chat
+from cuca.providers.llamacpp.encode import LlamaCppConfig, LlamaRoute, make_llama_cpp
 
 CHAT = (
     b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'

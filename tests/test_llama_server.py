@@ -36,7 +36,7 @@ from cuca import (
     merge_blocks,
 )
 from cuca.providers.base import Item
-from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
+from cuca.providers.llamacpp.encode import LlamaCppConfig, LlamaRoute
 
 # Qwen3's template, from the template corpus (fetched on first use, whatever ran before):
 # SmolLM2 speaks the same ChatML, and llama-server knows the template's tool-call and

@@ -34,7 +34,7 @@ from cuca import (
     UnifiedRequest,
     merge_blocks,
 )
-from cuca.providers.anthropic import AnthropicConfig, make_anthropic
+from cuca.providers.anthropic.encode import AnthropicConfig, make_anthropic
 from cuca.providers.base import ClientSettings
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
 from cuca.types import PromptCacheUsage, TokenUsage

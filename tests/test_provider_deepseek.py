@@ -26,8 +26,8 @@ from cuca import (
     UnifiedRequest,
 )
 from cuca.providers.base import ClientSettings, Item
-from cuca.providers.deepseek import is_bridge_url, make_deepseek
-from cuca.providers.openai_compat import ChatCompletionsDecoder, OpenAiCompatAdapter
+from cuca.providers.chat.deepseek import is_bridge_url, make_deepseek
+from cuca.providers.chat.encode import ChatCompletionsDecoder, OpenAiCompatAdapter
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
 
 KEY = "sk-deepseek-secret-42"
@@ -206,5 +206,5 @@ def test_deepseek_bridge_selected_by_base_url(url: str | None, bridge: bool) -> 
 
 def test_deepseek_bridge_url_builds_the_anthropic_adapter() -> None:
     adapter = native("https://api.deepseek.com/anthropic")
-    assert type(adapter).__module__ == "cuca.providers.anthropic"
+    assert type(adapter).__module__ == "cuca.providers.anthropic.encode"
     assert adapter.endpoint == ProviderEndpoint.DEEPSEEK

@@ -26,7 +26,11 @@ from cuca import (
     UnifiedRequest,
     merge_blocks,
 )
-from cuca.providers.anthropic import AnthropicAdapter, deepseek_bridge_model, make_deepseek_bridge
+from cuca.providers.anthropic.encode import (
+    AnthropicAdapter,
+    deepseek_bridge_model,
+    make_deepseek_bridge,
+)
 from cuca.providers.base import ClientSettings
 from cuca.providers.registry import adapter_for
 from cuca.testing import Reply, chunkings, open_replay_server

@@ -38,8 +38,8 @@ from cuca import (
     UnifiedRequest,
 )
 from cuca.providers.base import ClientSettings, Item
-from cuca.providers.gemini import GeminiFramer, make_gemini
-from cuca.providers.gemini_decode import GeminiDecoder
+from cuca.providers.gemini.decode import GeminiDecoder
+from cuca.providers.gemini.encode import GeminiFramer, make_gemini
 from cuca.stages.sse import SseEvent
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
 from cuca.types import PromptCacheUsage, TokenUsage, TurnSummary

@@ -32,7 +32,8 @@ from cuca import (
     UnifiedRequest,
 )
 from cuca.providers.base import ClientSettings, Item
-from cuca.providers.llamacpp import (
+from cuca.providers.chat.encode import ChatCompletionsDecoder, OpenAiCompatAdapter
+from cuca.providers.llamacpp.encode import (
     CompletionDecoder,
     LlamaCompletionAdapter,
     LlamaCppConfig,
@@ -40,7 +41,6 @@ from cuca.providers.llamacpp import (
     completion_prompt,
     make_llama_cpp,
 )
-from cuca.providers.openai_compat import ChatCompletionsDecoder, OpenAiCompatAdapter
 from cuca.providers.registry import adapter_for
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
 

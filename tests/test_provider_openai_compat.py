@@ -40,8 +40,8 @@ from cuca import (
     UnifiedRequest,
 )
 from cuca.providers.base import ClientSettings, Item
-from cuca.providers.openai_compat import ChatCompletionsDecoder, OpenAiCompatAdapter
-from cuca.providers.openai_family import make_chat
+from cuca.providers.chat.encode import ChatCompletionsDecoder, OpenAiCompatAdapter
+from cuca.providers.chat.family import make_chat
 from cuca.providers.registry import adapter_for
 from cuca.testing import Reply, chunk_sizes, chunkings, open_replay_server
 

@@ -39,11 +39,11 @@ from cuca import (
     merge_blocks,
 )
 from cuca.providers.base import ClientSettings, Item
-from cuca.providers.llamacpp import LlamaChatAdapter
-from cuca.providers.openai_compat import OpenAiCompatAdapter
-from cuca.providers.openai_responses import ResponsesAdapter
+from cuca.providers.chat.encode import OpenAiCompatAdapter
+from cuca.providers.llamacpp.encode import LlamaChatAdapter
 from cuca.providers.registry import adapter_for
-from cuca.providers.responses_decode import ResponsesDecoder
+from cuca.providers.responses.decode import ResponsesDecoder
+from cuca.providers.responses.encode import ResponsesAdapter
 from cuca.stages.sse import SseParser
 from cuca.testing import Reply, chunkings, open_replay_server
 

@@ -35,7 +35,7 @@ from cuca import (
     UnifiedResponse,
 )
 from cuca.errors import ProviderError
-from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
+from cuca.providers.llamacpp.encode import LlamaCppConfig, LlamaRoute
 from cuca.retry import RetryPolicy as Policy
 from cuca.stages.opening import Opening
 from cuca.stages.sse import SseEvent

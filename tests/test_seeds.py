@@ -29,10 +29,10 @@ from cuca import (
     UnifiedRequest,
     UnifiedResponse,
 )
-from cuca.providers.anthropic import make_anthropic, make_deepseek_bridge
+from cuca.providers.anthropic.encode import make_anthropic, make_deepseek_bridge
 from cuca.providers.base import ClientSettings
-from cuca.providers.gemini import make_gemini
-from cuca.providers.llamacpp import completion_prompt
+from cuca.providers.gemini.encode import make_gemini
+from cuca.providers.llamacpp.encode import completion_prompt
 from cuca.testing import Reply, open_replay_server
 
 ANTHROPIC = ProviderEndpoint.ANTHROPIC

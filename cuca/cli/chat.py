@@ -57,7 +57,7 @@ def make_client(settings: ChatSettings, model: LocalModel | None = None) -> Cuca
     """A client for the resolved provider (``model`` for the local one)."""
     config: Any = None
     if settings.provider == ProviderEndpoint.LLAMA_CPP:
-        from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
+        from cuca.providers.llamacpp.encode import LlamaCppConfig, LlamaRoute
 
         route = LlamaRoute(settings.route or LlamaRoute.CHAT.value)
         config = LlamaCppConfig(route=route, n_threads=settings.threads)

@@ -407,7 +407,7 @@ def per_chunk_split(chunks: int = CHUNKS, repeats: int = 7) -> dict[str, float]:
     struct); the decoder whole (JSON, reading the chunk, making the blocks)."""
     from cuca import ProviderEndpoint, UnifiedRequest
     from cuca.providers.base import ClientSettings
-    from cuca.providers.openai_decode import _CHUNK  # the decoder's own typed decoding
+    from cuca.providers.chat.decode import _CHUNK  # the decoder's own typed decoding
     from cuca.providers.registry import adapter_for
 
     body = transcript(chunks)

@@ -18,7 +18,7 @@ from support.transcripts import decode_chunks, transcript
 from cuca import CucaClient, OpenAiApi, OpenAiConfig, ProviderEndpoint
 from cuca.errors import CucaError, ToolCallError
 from cuca.providers.base import ClientSettings, Item, ProviderAdapter
-from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
+from cuca.providers.llamacpp.encode import LlamaCppConfig, LlamaRoute
 from cuca.providers.registry import adapter_for
 from cuca.testing.conformance import ANY_ID, Transcript
 from cuca.types import ToolCall, UnifiedRequest

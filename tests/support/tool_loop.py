@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from cuca import CucaClient, ProviderEndpoint, ThinkingEffort, Tool, UnifiedRequest
-from cuca.providers.openai_config import OpenAiApi, OpenAiConfig
+from cuca.providers.chat.config import OpenAiApi, OpenAiConfig
 from cuca.testing import Reply, open_replay_server
 
 from .transcripts import transcript

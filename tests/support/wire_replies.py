@@ -13,8 +13,8 @@ from typing import Any
 import attrs
 
 from cuca import CucaClient, CucaPlugin, ProviderEndpoint
-from cuca.providers.llamacpp import LlamaCppConfig, LlamaRoute
-from cuca.providers.openai_config import OpenAiApi, OpenAiConfig
+from cuca.providers.chat.config import OpenAiApi, OpenAiConfig
+from cuca.providers.llamacpp.encode import LlamaCppConfig, LlamaRoute
 from cuca.testing import Reply
 
 

@@ -1,5 +1,5 @@
 """The ``/chat/completions`` stream decoder and error texts, shared by every server
-that speaks the route (see :mod:`.openai_compat` for the request side).
+that speaks the route (see :mod:`.encode` for the request side).
 
 Stream rules, from ``reference/wire.md`` sections 1 to 4, 6 and 11:
 
@@ -37,8 +37,8 @@ from cuca.types import (
     TurnSummary,
 )
 
-from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, error_text, finished_call, json_body, stream_error
+from ..base import Item, StreamDecoder, guarded_feed
+from ..decoding import Shape, decode_frame, error_text, finished_call, json_body, stream_error
 from .overflow import chat_overflow
 
 __all__ = ["ChatCompletionsDecoder", "chat_error_message"]

@@ -39,8 +39,8 @@ from cuca.types import (
     new_call_id,
 )
 
-from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, json_body, stream_error
+from ..base import Item, StreamDecoder, guarded_feed
+from ..decoding import Shape, decode_frame, json_body, stream_error
 from .overflow import gemini_overflow
 
 __all__ = ["SYNTHETIC_ID", "GeminiDecoder", "new_call_id"]

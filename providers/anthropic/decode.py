@@ -39,8 +39,8 @@ from cuca.types import (
     TurnSummary,
 )
 
-from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, stream_error, streamed_arguments
+from ..base import Item, StreamDecoder, guarded_feed
+from ..decoding import Shape, decode_frame, stream_error, streamed_arguments
 from .overflow import anthropic_overflow
 
 __all__ = ["AnthropicDecoder"]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from cuca.types import ProviderEndpoint
 
-from .base import ClientSettings, ProviderAdapter
-from .openai_compat import Dialect, OpenAiCompatAdapter
+from ..base import ClientSettings, ProviderAdapter
+from .encode import Dialect, OpenAiCompatAdapter
 
 __all__ = ["DEEPSEEK", "is_bridge_url", "make_deepseek"]
 
@@ -46,7 +46,7 @@ def make_deepseek(settings: ClientSettings) -> ProviderAdapter:
     """The native route at ``https://api.deepseek.com/v1``, or the bridge adapter when the
     base URL names it."""
     if is_bridge_url(settings.base_url):
-        from .anthropic import make_deepseek_bridge  # only bridge users load Anthropic's
+        from ..anthropic.encode import make_deepseek_bridge  # only bridge users load Anthropic's
 
         bridge: ProviderAdapter = make_deepseek_bridge(settings)
         return bridge

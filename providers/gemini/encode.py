@@ -18,12 +18,14 @@ import re
 from typing import Any
 
 from cuca.errors import ConfigurationError, ProviderError
+from cuca.stages.framing import JsonOrSse
 from cuca.stages.sse import STRAY_LINE, SseEvent, SseParser
 from cuca.types import (
     Block,
     GeminiThinkingParams,
     ImageBase64,
     MessageRole,
+    OutputSchema,
     ProviderEndpoint,
     Text,
     Thinking,
@@ -36,13 +38,13 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .base import ClientSettings, Framer, HttpRequest, ProviderAdapter, Send, StreamDecoder
-from .framing import JsonOrSse
-from .gemini_decode import SYNTHETIC_ID, GeminiDecoder
-from .output_format import gemini_fields
-from .overflow import Overflow, gemini_overflow
-from .table import missing_key_hint
-from .whole_response import for_request, gemini_events
+from ..base import ClientSettings, Framer, HttpRequest, ProviderAdapter, Send, StreamDecoder
+from ..decoding import Overflow
+from ..table import missing_key_hint
+from ..whole_response import for_request
+from .decode import SYNTHETIC_ID, GeminiDecoder
+from .overflow import gemini_overflow
+from .whole import gemini_events
 
 __all__ = ["GeminiAdapter", "GeminiFramer", "make_gemini"]
 
@@ -304,3 +306,11 @@ def _server_id(call: ToolCall) -> bool:
     """Whether Gemini itself issued ``call.id`` (ids cuca made up are not sent back:
     Gemini 2 rejects an ``id`` it does not expect)."""
     return call.provider == GEMINI and bool(call.id) and not _SYNTHETIC.fullmatch(call.id)
+
+
+# -- how this wire asks for an answer that follows a JSON Schema --------------------
+
+
+def gemini_fields(spec: OutputSchema) -> dict[str, Any]:
+    """The ``generationConfig`` keys of Gemini's JSON mode with a schema."""
+    return {"responseMimeType": "application/json", "responseJsonSchema": dict(spec.schema)}

@@ -1,7 +1,7 @@
 """llama.cpp's ``llama-server``: the OpenAI-compatible chat route or the native
 ``/completion`` route.
 
-The chat route is the ``/chat/completions`` adapter of :mod:`.openai_compat`, pointed at
+The chat route is the ``/chat/completions`` adapter of :mod:`cuca.providers.chat.encode`, pointed at
 ``{base}/v1``. The completion route is its own small protocol: one prompt string built
 with ``### User:`` / ``### Assistant:`` markers, and frames ``{"content": ..., "stop": ...}``
 (``reference/wire.md`` section 7).
@@ -28,7 +28,7 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .base import (
+from ..base import (
     JSON_BODY,
     ClientSettings,
     HttpRequest,
@@ -38,12 +38,13 @@ from .base import (
     StreamDecoder,
     guarded_feed,
 )
-from .decoding import Shape, decode_frame, error_text, stream_error
-from .openai_compat import Dialect, OpenAiCompatAdapter, bearer_headers
-from .openai_config import OpenAiApi, OpenAiConfig
-from .openai_decode import chat_error_message
-from .overflow import Overflow, chat_overflow
-from .whole_response import WholeResponseDecoder, completion_events
+from ..chat.config import OpenAiApi, OpenAiConfig
+from ..chat.decode import chat_error_message
+from ..chat.encode import Dialect, OpenAiCompatAdapter, bearer_headers
+from ..chat.overflow import chat_overflow
+from ..decoding import Overflow, Shape, decode_frame, error_text, stream_error
+from ..whole_response import WholeResponseDecoder
+from .whole import completion_events
 
 __all__ = [
     "CompletionDecoder",
@@ -113,7 +114,7 @@ def make_llama_cpp(settings: ClientSettings) -> ProviderAdapter:
         return LlamaCompletionAdapter(f"{base}/completion", api_key, config)
     chat_base = base if base.endswith("/v1") else f"{base}/v1"
     if config.route is LlamaRoute.RESPONSES:
-        from .openai_responses import ResponsesAdapter
+        from ..responses.encode import ResponsesAdapter
 
         return ResponsesAdapter(LLAMA_CPP, chat_base, api_key, model=config.model)
     return LlamaChatAdapter(LLAMA_CPP, chat_base, api_key, model=config.model)

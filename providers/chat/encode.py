@@ -7,12 +7,13 @@ reads...). A server of the provider table gets its dialect from its entry's ``ch
 (:mod:`cuca.providers.table`), so a server whose differences are all dialect facts is a
 table entry and no code here. A server that needs code of its own builds on this module
 instead: DeepSeek's thinking and reasoning echo (:mod:`.deepseek`), llama.cpp's routes
-(:mod:`.llamacpp`). The adapter factory is :mod:`.openai_family` and the stream decoder
-:mod:`.openai_decode`.
+(:mod:`cuca.providers.llamacpp.encode`). The adapter factory is :mod:`.family` and the
+stream decoder :mod:`.decode`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ from cuca.types import (
     ImageBase64,
     MessageRole,
     OpenAiThinkingParams,
+    OutputSchema,
     ProviderEndpoint,
     Text,
     Thinking,
@@ -36,13 +38,13 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .base import HttpRequest, ProviderAdapter, Send, StreamDecoder
-from .decoding import error_text
-from .openai_decode import ChatCompletionsDecoder, chat_error_message
-from .output_format import chat_response_format, json_object_instruction
-from .overflow import Overflow, chat_overflow
-from .table import endpoint_info, missing_key_hint
-from .whole_response import chat_events, for_request
+from ..base import HttpRequest, ProviderAdapter, Send, StreamDecoder
+from ..decoding import Overflow, error_text
+from ..table import endpoint_info, missing_key_hint
+from ..whole_response import for_request
+from .decode import ChatCompletionsDecoder, chat_error_message
+from .overflow import chat_overflow
+from .whole import chat_events
 
 __all__ = [
     "ChatCompletionsDecoder",
@@ -65,6 +67,7 @@ REASONING_EFFORT: Mapping[ThinkingEffort, str] = {
     ThinkingEffort.HIGH: "high",
     ThinkingEffort.XHIGH: "high",
 }
+
 
 @attrs.frozen
 class Dialect:
@@ -251,9 +254,7 @@ def require_key(dialect: Dialect, url: str, api_key: str | None) -> None:
         raise ConfigurationError(f"{dialect.name} requires an API key at {key_host}: {hint}")
 
 
-def bearer_headers(
-    api_key: str | None, stream: bool = True, close: bool = False
-) -> dict[str, str]:
+def bearer_headers(api_key: str | None, stream: bool = True, close: bool = False) -> dict[str, str]:
     """JSON-in, event-stream-out headers (JSON out when not ``stream``), with a bearer
     token only when a key is set, and ``Connection: close`` on a stream when ``close``
     (a server whose :attr:`Dialect.closes_after_stream`)."""
@@ -305,10 +306,27 @@ class OpenAiCompatAdapter(ProviderAdapter):
 
     async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
         """An estimate: tiktoken over the body the turn would send (see
-        :mod:`~cuca.providers.token_estimate`); nothing is sent."""
-        from .token_estimate import estimate_body
+        :mod:`~cuca.providers.chat.estimate`); nothing is sent."""
+        from .estimate import estimate_body
 
         body = self.encode(request).body
         tokens, encoding = estimate_body(body, str(body.get("model") or request.model))
         return TokenCount(tokens, exact=False, method=f"tiktoken {encoding}")
 
+
+# -- how this wire asks for an answer that follows a JSON Schema --------------------
+
+
+def chat_response_format(spec: OutputSchema) -> dict[str, Any]:
+    """``response_format`` of ``/chat/completions`` with a JSON Schema."""
+    schema = {"name": spec.name, "schema": dict(spec.schema), "strict": spec.strict}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def json_object_instruction(spec: OutputSchema) -> str:
+    """The system text that carries the schema on a ``json_object``-only server."""
+    schema = json.dumps(dict(spec.schema), ensure_ascii=False)
+    return (
+        f"Answer with one JSON object only (no prose, no code fence), named {spec.name}, "
+        f"that validates against this JSON Schema: {schema}"
+    )

@@ -1,5 +1,5 @@
 """The ``/responses`` event-stream decoder (OpenAI's Responses API, as served by OpenAI,
-vLLM, LM Studio and llama.cpp). The request side is :mod:`.openai_responses`.
+vLLM, LM Studio and llama.cpp). The request side is :mod:`.encode`.
 
 Every frame is a JSON object whose ``type`` names the event (field names from the
 ``openai`` package's ``types/responses/``):
@@ -38,9 +38,9 @@ from cuca.types import (
     TurnSummary,
 )
 
-from .base import Item, StreamDecoder, guarded_feed
-from .decoding import Shape, decode_frame, error_text, finished_call, stream_error
-from .overflow import chat_overflow
+from ..base import Item, StreamDecoder, guarded_feed
+from ..chat.overflow import chat_overflow
+from ..decoding import Shape, decode_frame, error_text, finished_call, stream_error
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
 

@@ -1,7 +1,7 @@
 """Anthropic Messages: Anthropic itself and DeepSeek's Anthropic-compatible bridge.
 
 One wire shape, two dialects. Both post ``{"model", "max_tokens", "messages", ...}`` to a
-``/messages`` route and read the same event stream (see :mod:`.anthropic_decode`). The
+``/messages`` route and read the same event stream (see :mod:`.decode`). The
 bridge differs in four ways: the model name is rewritten, prompt caching is off, the
 thinking control is a plain on/off switch, and thinking blocks are replayed without a
 signature when DeepSeek sent none.
@@ -26,6 +26,7 @@ from cuca.types import (
     Block,
     ImageBase64,
     MessageRole,
+    OutputSchema,
     PromptCache,
     ProviderEndpoint,
     Text,
@@ -39,12 +40,13 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .anthropic_decode import AnthropicDecoder
-from .base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder
-from .output_format import anthropic_format, refuse
-from .overflow import Overflow, anthropic_overflow
-from .table import missing_key_hint
-from .whole_response import anthropic_events, for_request
+from ..base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder, refuse
+from ..decoding import Overflow
+from ..table import missing_key_hint
+from ..whole_response import for_request
+from .decode import AnthropicDecoder
+from .overflow import anthropic_overflow
+from .whole import anthropic_events
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -469,3 +471,11 @@ def _plain_block(block: Block) -> list[dict[str, Any]]:
         result = {"type": "tool_result", "tool_use_id": block.tool_call_id}
         return [{**result, "content": block.output, "is_error": block.is_error}]
     return []
+
+
+# -- how this wire asks for an answer that follows a JSON Schema --------------------
+
+
+def anthropic_format(spec: OutputSchema) -> dict[str, Any]:
+    """``output_config.format`` of Anthropic's Messages API."""
+    return {"type": "json_schema", "schema": dict(spec.schema)}

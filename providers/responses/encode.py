@@ -20,7 +20,7 @@ ToolResult                         ``{"type": "function_call_output", "call_id",
                                    "output"}``
 =================================  ===============================================
 
-The stream decoder lives in :mod:`.responses_decode`.
+The stream decoder lives in :mod:`.decode`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 from cuca.types import (
     ImageBase64,
     MessageRole,
+    OutputSchema,
     ProviderEndpoint,
     Text,
     Thinking,
@@ -40,11 +41,11 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from .base import HttpRequest, StreamDecoder
-from .openai_compat import OpenAiCompatAdapter, bearer_headers, reasoning_effort, require_key
-from .output_format import refuse, responses_text_format
-from .responses_decode import ResponsesDecoder
-from .whole_response import for_request, responses_events
+from ..base import HttpRequest, StreamDecoder, refuse
+from ..chat.encode import OpenAiCompatAdapter, bearer_headers, reasoning_effort, require_key
+from ..whole_response import for_request
+from .decode import ResponsesDecoder
+from .whole import responses_events
 
 __all__ = ["ResponsesAdapter", "encode_input", "encode_responses_body"]
 
@@ -191,3 +192,12 @@ class ResponsesAdapter(OpenAiCompatAdapter):
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
         decoder = ResponsesDecoder(self.endpoint)
         return for_request(request, decoder, responses_events, self.dialect.name)
+
+
+# -- how this wire asks for an answer that follows a JSON Schema --------------------
+
+
+def responses_text_format(spec: OutputSchema) -> dict[str, Any]:
+    """``text`` of ``/responses`` with a JSON Schema format."""
+    fmt = {"type": "json_schema", "name": spec.name, "schema": dict(spec.schema)}
+    return {"format": {**fmt, "strict": spec.strict}}

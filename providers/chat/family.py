@@ -7,9 +7,9 @@ that neither imports the other (the Responses adapter extends the chat one).
 
 from __future__ import annotations
 
-from .base import ClientSettings, ProviderAdapter
-from .openai_compat import Dialect, OpenAiCompatAdapter, dialect_of
-from .openai_config import wants_responses
+from ..base import ClientSettings, ProviderAdapter
+from .config import wants_responses
+from .encode import Dialect, OpenAiCompatAdapter, dialect_of
 
 __all__ = ["make_chat"]
 
@@ -18,7 +18,7 @@ def _adapter(dialect: Dialect, settings: ClientSettings) -> ProviderAdapter:
     """The chat adapter, or the Responses one when ``OpenAiConfig`` asks for it."""
     base = settings.url()
     if wants_responses(settings.provider_config, dialect.name):
-        from .openai_responses import ResponsesAdapter
+        from ..responses.encode import ResponsesAdapter
 
         return ResponsesAdapter(dialect, base, settings.api_key)
     return OpenAiCompatAdapter(dialect, base, settings.api_key)

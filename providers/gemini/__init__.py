@@ -1,0 +1,3 @@
+"""Gemini's ``streamGenerateContent`` wire.
+
+Everything this wire knows, both directions."""

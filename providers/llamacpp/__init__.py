@@ -1,0 +1,3 @@
+"""llama.cpp's native ``/completion`` route.
+
+Everything this wire knows, both directions."""
