@@ -83,9 +83,11 @@ fuzz: install-test
 # Mutation testing (docs/testing.md): each module's mutants against the test files that
 # exercise it (tests/mutation/modules.toml), the score printed per module. Slow: not part
 # of `make test`. MODULES="cuca/limits/budget.py stages/opening.py" names modules (all
-# of modules.toml by default); MUTATE_CHILDREN mutants run at once (1: the machine is shared).
+# of modules.toml by default); MUTATE_CHILDREN mutants run at once (1: the machine is
+# shared); MUTATE_ARGS=--again reruns only the last run's survivors, against the tests now.
 MODULES ?=
 MUTATE_CHILDREN ?= 1
+MUTATE_ARGS ?=
 mutate: install-test
 	$(PIP) install -q -e '.[dev,local,testing,mutate]'
-	nice -n 10 $(PYTHON) tests/mutation/run.py --children $(MUTATE_CHILDREN) $(MODULES)
+	nice -n 10 $(PYTHON) tests/mutation/run.py --children $(MUTATE_CHILDREN) $(MUTATE_ARGS) $(MODULES)

@@ -250,3 +250,67 @@ async def test_tool_approval_a_yes_after_the_timeout_is_ignored() -> None:
     assert ran == []
     assert [r.output for r in results] == ["denied: no decision within 0.05 s"]
     assert [e.outcome for e in events.events] == ["timeout"]
+
+
+def says_yes(call: ToolCall) -> bool:  # a plain True, from a worker thread
+    return True
+
+
+async def says_no(call: ToolCall) -> bool:
+    return False
+
+
+class Desk:
+    """An approver object: its decision carries no ``by``, so its class is recorded."""
+
+    def __call__(self, call: ToolCall) -> Approval:
+        return Approval.allow()
+
+
+class AsyncDesk:
+    async def __call__(self, call: ToolCall) -> bool:
+        return True
+
+
+def says_no_plain(call: ToolCall) -> Approval:
+    return Approval.deny()
+
+
+def returns_a_word(call: ToolCall) -> str:
+    return "yes"
+
+
+FORMS = {
+    "true": (says_yes, ["Paris"], "booked in Paris", "approved", "says_yes"),
+    "false": (says_no, [], "denied by approver", "denied", "says_no"),
+    "deny_without_reason": (says_no_plain, [], "denied by approver", "denied", "says_no_plain"),
+    "object": (Desk(), ["Paris"], "booked in Paris", "approved", "Desk"),
+    "async_object": (AsyncDesk(), ["Paris"], "booked in Paris", "approved", "AsyncDesk"),
+    # a sync callable that returns a coroutine: awaited, not taken for the answer
+    "coroutine": (lambda call: denied(call), [], "denied by approver: too expensive",
+                  "denied", "bob"),
+    "same_arguments": (lambda call: Approval.allow(arguments={"city": "Paris"}), ["Paris"],
+                       "booked in Paris", "approved", "<lambda>"),
+    "not_a_decision": (returns_a_word, [],
+                       "denied: the approver returned str, not a decision", "error",
+                       "returns_a_word"),
+}
+
+
+@pytest.mark.parametrize("form", FORMS, ids=list(FORMS))
+async def test_tool_approval_answers_in_every_form_decide_the_call(form: str) -> None:
+    """docs/tools.md, Approvals: an approver is sync or async, a function or an object;
+    it answers an ``Approval`` or a plain ``True``/``False``; anything else is a refusal.
+    A decision without ``by`` records the approver's name; an allow whose arguments are
+    the model's own is an approval, not an edit; ``seconds`` is the time it took."""
+    approve, should_run, output, outcome, by = FORMS[form]
+    events = Events()
+    started = trio.current_time()
+    ran, results, _ = await run_booking(FAMILIES[0], approve, (events,))
+    elapsed = trio.current_time() - started
+    assert ran == should_run
+    assert [r.output for r in results] == [output]
+    (event,) = events.events
+    assert (event.outcome, event.by) == (outcome, by)
+    assert event.arguments is None
+    assert 0 <= event.seconds <= elapsed

@@ -94,7 +94,9 @@ async def _ask(approve: Approver, call: ToolCall) -> Any:
         getattr(approve, "__call__", None)  # noqa: B004 (an object whose __call__ is async)
     ):
         return await approve(call)  # type: ignore[misc]
-    answer = await trio.to_thread.run_sync(approve, call, abandon_on_cancel=True)
+    # boxed: trio refuses a function run in a thread that returns a coroutine, and a
+    # sync approver may return one (``Approver``: a lambda around an async function)
+    (answer,) = await trio.to_thread.run_sync(lambda: (approve(call),), abandon_on_cancel=True)
     if inspect.isawaitable(answer):
         answer = await answer
     return answer

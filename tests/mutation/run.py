@@ -116,21 +116,39 @@ def function_of(name: str) -> str:
     return re.sub(r"__mutmut_\d+$", "", last).strip("ǁ").replace("ǁ", ".")
 
 
-def run(module: str, tests: list[str], children: int) -> dict[str, object]:
-    """Mutate ``module``, run its tests against each mutant, and score it."""
-    started = time.monotonic()
-    where = stage(module, tests)
-    log = where / "mutmut.log"
-    with log.open("w") as out:
-        mutmut = str(Path(sys.executable).parent / "mutmut")
-        command = ["nice", "-n", "10", mutmut, "run", "--max-children", str(children)]
-        done = subprocess.run(command, cwd=where, stdout=out, stderr=subprocess.STDOUT)
+def survivors(where: Path, module: str) -> list[str]:
+    """The mutants of the last run of ``module`` in ``where`` that no test killed."""
     meta = where / "mutants" / (staged(module) + ".meta")
-    if done.returncode != 0 or not meta.exists():
-        raise SystemExit(f"{module}: mutmut failed (exit {done.returncode}); see {log}")
+    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    return [name for name, code in codes.items() if code not in KILLED | TIMEOUT]
+
+
+def run(module: str, tests: list[str], children: int, again: bool) -> dict[str, object]:
+    """Mutate ``module``, run its tests against each mutant, and score it; ``again``:
+    only the survivors of the last run, against the tests as they are now (tests are
+    only ever added, so a mutant killed stays killed)."""
+    started = time.monotonic()
+    where = ROOT / ".cache" / "mutate" / module.replace("/", "_").removesuffix(".py")
+    names: list[str] = []
+    if again and (where / "mutants").exists():
+        names = survivors(where, module)
+        skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+        for copy in (where / "tests", where / "mutants" / "tests"):
+            shutil.copytree(ROOT / "tests", copy, ignore=skip, dirs_exist_ok=True)
+    else:
+        where = stage(module, tests)
+    log = where / "mutmut.log"
+    if not again or names:
+        with log.open("a" if again else "w") as out:
+            mutmut = str(Path(sys.executable).parent / "mutmut")
+            command = ["nice", "-n", "10", mutmut, "run", "--max-children", str(children)]
+            done = subprocess.run([*command, *names], cwd=where, stdout=out, stderr=out)
+        if done.returncode != 0:
+            raise SystemExit(f"{module}: mutmut failed (exit {done.returncode}); see {log}")
+    meta = where / "mutants" / (staged(module) + ".meta")
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
     known = [e for e in equivalents() if e.module == module]
-    survivors, equivalent, odd = [], [], []
+    alive, equivalent, odd = [], [], []
     for name, code in sorted(codes.items()):
         if code in KILLED or code in TIMEOUT:
             continue
@@ -140,22 +158,25 @@ def run(module: str, tests: list[str], children: int) -> dict[str, object]:
         was, now = diff(where, name)
         function = function_of(name)
         match = [e for e in known if (e.function, e.was, e.now) == (function, was, now)]
-        (equivalent if match else survivors).append((name, function, was, now, code))
+        (equivalent if match else alive).append((name, function, was, now, code))
     with (where / "survivors.txt").open("w") as report:
-        for name, function, was, now, code in survivors:
+        # each survivor as an entry of equivalent.toml would list it, reason left empty
+        for name, function, was, now, code in alive:
             why = "no test calls it" if code in NO_TESTS else "survived"
-            report.write(f"{name} ({why})\n  function = {function!r}\n")
-            report.write(f"  was = {was!r}\n  now = {now!r}\n\n")
+            fields = {"module": module, "function": function, "was": was, "now": now}
+            report.write(f"# {name} ({why})\n[[mutant]]\n")
+            report.write("".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items()))
+            report.write('reason = ""\n\n')
         for name, code in odd:
             report.write(f"{name}: exit code {code} (neither killed nor survived)\n\n")
     total = len(codes)
-    killed = total - len(survivors) - len(equivalent) - len(odd)
+    killed = total - len(alive) - len(equivalent) - len(odd)
     return {
         "module": module,
         "mutants": total,
         "killed": killed,
         "equivalent": len(equivalent),
-        "survived": len(survivors) + len(odd),
+        "survived": len(alive) + len(odd),
         "score": killed / max(1, total - len(equivalent)),
         "seconds": round(time.monotonic() - started),
         "report": str((where / "survivors.txt").relative_to(ROOT)),
@@ -167,6 +188,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="paths as in modules.toml (default: all)")
     parser.add_argument("--children", type=int, default=1, help="mutants run at once")
+    parser.add_argument(
+        "--again", action="store_true",
+        help="rerun only the last run's survivors, against the tests as they are now",
+    )
     args = parser.parse_args()
     chosen = args.modules or list(known)
     unknown = [m for m in chosen if m not in known]
@@ -175,7 +200,7 @@ def main() -> None:
     header = f"{'module':34} {'mutants':>7} {'killed':>6} {'equiv':>5} {'alive':>5} {'score':>6}"
     print(header, flush=True)
     for module in chosen:
-        row = run(module, known[module], args.children)
+        row = run(module, known[module], args.children, args.again)
         print(
             f"{module:34} {row['mutants']:>7} {row['killed']:>6} {row['equivalent']:>5}"
             f" {row['survived']:>5} {row['score']:>6.1%}  {row['seconds']} s  {row['report']}",
