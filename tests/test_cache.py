@@ -364,3 +364,49 @@ async def test_cache_entry_that_cannot_be_written_ends_the_turn_with_a_store_err
             done = await c.generate(REQUEST)
             assert done.text and not done.response.cached
     assert len(server.requests) == 2
+
+
+def test_cache_key_is_the_sha256_of_the_canonical_json_and_the_endpoint() -> None:
+    """docs/cache.md: the key is the SHA-256 of the request's canonical JSON (keys
+    sorted, no spaces, text as it is, not escaped) with the base URL the turn goes to:
+    another process, or another language, computes the same key."""
+    import hashlib
+    import json
+
+    from cuca import to_json
+
+    request = REQUEST.add_user_message("Grüß dich, señor")
+    canonical = json.dumps(
+        {"request": json.loads(to_json(request)), "endpoint": "http://a/v1"},
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    )
+    assert "Grüß" in canonical and ": " not in canonical
+    assert cache_key(request, "http://a/v1") == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_cache_refuses_every_bad_setting() -> None:
+    from cuca import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="ttl must be"):
+        ResponseCache(ttl=True)
+    with pytest.raises(ConfigurationError, match="max_entries"):
+        ResponseCache(max_entries=2.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="store must be a cuca store, not"):
+        ResponseCache(store={})  # type: ignore[arg-type]
+    one = ResponseCache(ttl=0.5, max_entries=1)  # the smallest settings that make sense
+    assert repr(one) == "ResponseCache(ttl=0.5, max_entries=1, store=MemoryStore(0 keys))"
+
+
+async def test_cache_max_entries_of_one_keeps_the_last_and_clear_drops_it() -> None:
+    """``max_entries=1``: each turn kept drops the one before; ``clear()`` drops every
+    entry recorded, so the next turn of each goes to the server."""
+    cache = ResponseCache(max_entries=1)
+    other = REQUEST.add_user_message("again")
+    async with open_replay_server(TEXT) as server, client(server.url, cache) as c:
+        await c.generate(REQUEST)
+        await c.generate(other)
+        assert (await c.generate(other)).response.cached
+        assert not (await c.generate(REQUEST)).response.cached  # dropped for `other`
+        await cache.clear()
+        assert not (await c.generate(REQUEST)).response.cached
+    assert len(server.requests) == 4

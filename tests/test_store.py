@@ -346,3 +346,65 @@ async def test_store_sqlite_update_holds_the_write_lock_from_its_read(tmp_path: 
     finally:
         await store.aclose()
     assert other_writer == ["database is locked", "database is locked"]
+
+
+async def test_store_update_whose_change_raises_changes_nothing(store: Store) -> None:
+    """An update is all or nothing: a change that raises leaves the value as it was,
+    the error reaches the caller as itself, and the store goes on working."""
+    await store.set("n", 1)
+
+    def broken(old: Any) -> tuple[Any, None]:
+        raise ValueError("not this time")
+
+    with pytest.raises(ValueError, match="not this time"):
+        await store.update("n", broken)
+    assert await store.get("n") == 1
+    assert await store.update("n", lambda old: (old + 1, old)) == 1
+    assert await store.get("n") == 2
+
+
+async def test_store_sqlite_keeps_its_file_in_wal_mode_and_names_it_in_errors(
+    tmp_path: Path,
+) -> None:
+    """docs/limits.md: SQLite "in WAL mode" (readers never wait for the writer); a
+    failure is a StoreError that names the file and SQLite's error; the repr names the
+    file too."""
+    import sqlite3
+
+    path = tmp_path / "cuca.db"
+    store = SqliteStore(path)
+    await store.set("k", 1)
+    await store.aclose()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert repr(store) == f"SqliteStore({str(path)!r})"
+    missing = tmp_path / "missing-dir" / "cuca.db"
+    with pytest.raises(StoreError) as caught:
+        await SqliteStore(missing).get("k")
+    assert str(caught.value) == (
+        f"store error: sqlite {missing}: OperationalError: unable to open database file"
+    )
+
+
+async def test_store_sqlite_waits_for_another_writer_up_to_its_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    """``busy_timeout``: a call waits for another process's write lock, and fails with
+    StoreError ("database is locked") only once that time has passed; the store works
+    again once the lock is gone."""
+    import sqlite3
+
+    path = tmp_path / "cuca.db"
+    store = SqliteStore(path, busy_timeout=0.01)
+    await store.set("k", 1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process, writing
+    try:
+        with pytest.raises(StoreError, match="database is locked"):
+            await store.update("k", lambda old: (old + 1, None))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    await store.update("k", lambda old: (old + 1, None))
+    assert await store.get("k") == 2
+    await store.aclose()
