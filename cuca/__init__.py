@@ -18,8 +18,6 @@ checks that the two agree).
 
 import typing as _typing
 
-from . import cost as _cost  # noqa: F401 - installs what UnifiedResponse.cost asks
-from . import schema as _schema  # noqa: F401 - installs what set_output_schema builds with
 from ._lazy import lazy_names as _lazy_names
 from ._version import __version__ as __version__
 from .client import CucaClient as CucaClient
@@ -55,7 +53,6 @@ from .errors import ToolCallError as ToolCallError
 from .errors import ToolLoopError as ToolLoopError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
-from .providers import table as _table  # noqa: F401 - declares the built-in endpoints
 from .stream import Attempt as Attempt
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream

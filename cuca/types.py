@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import attrs
 
 from ._checks import kind, of_type, optional, positive_int, real_in
+from ._prices import price
+from ._typeschema import json_schema_of
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -75,21 +77,26 @@ class ProviderEndpoint:
     VLLM: ClassVar[ProviderEndpoint]
     LM_STUDIO: ClassVar[ProviderEndpoint]
     LOCAL: ClassVar[ProviderEndpoint]
-    BUILTIN: ClassVar[tuple[str, ...]] = ()
-    """The built-in endpoints' kinds, declared by the provider table
-    (:mod:`cuca.providers.table`, imported by ``import cuca``)."""
-    _resolve: ClassVar[Callable[[str], str | None]] = staticmethod(lambda name: None)
-
-    @classmethod
-    def declare(cls, kinds: Iterable[str], resolve: Callable[[str], str | None]) -> None:
-        """Declare the built-in endpoints: their ``kinds`` (each becomes the attribute
-        ``ProviderEndpoint.KIND``) and ``resolve``, which maps a spelling a user may write
-        (``"gemini"``, ``"llamacpp"``) to its kind. The provider table calls it: the
-        endpoints are vendor knowledge, and a data type imports nothing above it."""
-        cls.BUILTIN = tuple(kinds)
-        cls._resolve = staticmethod(resolve)
-        for name in cls.BUILTIN:
-            setattr(cls, name.upper(), cls(name))
+    BUILTIN: ClassVar[tuple[str, ...]] = (
+        "openai",
+        "anthropic",
+        "google_gemini",
+        "deepseek",
+        "llama_cpp",
+        "vllm",
+        "lm_studio",
+        "local",
+    )
+    """The built-in endpoints' kinds, in the order the docs and the command list them
+    (each is a constant below, ``ProviderEndpoint.OPENAI``...; the provider table,
+    :mod:`cuca.providers.table`, has one row per kind)."""
+    ALIASES: ClassVar[Mapping[str, str]] = {
+        "gemini": "google_gemini",
+        "llamacpp": "llama_cpp",
+        "lmstudio": "lm_studio",
+    }
+    """Other spellings :meth:`parse` accepts besides each kind (dashes for underscores, in
+    any case, are accepted too)."""
 
     @classmethod
     def custom(cls, name: str) -> ProviderEndpoint:
@@ -102,7 +109,8 @@ class ProviderEndpoint:
         """The endpoint named by ``value`` (``"openai"``, ``"llama_cpp"``, ``"custom:x"``)."""
         if value.strip().lower().startswith("custom:"):
             return cls.custom(value.split(":", 1)[1])
-        found = cls._resolve(value)
+        name = value.strip().lower().replace("-", "_")
+        found = name if name in cls.BUILTIN else cls.ALIASES.get(name)
         if found is None:
             names = ", ".join(cls.BUILTIN)
             raise ConfigurationError(f"unknown provider {value!r} (one of {names}, or custom:NAME)")
@@ -119,6 +127,16 @@ class ProviderEndpoint:
         if self.is_custom:
             return f"ProviderEndpoint.custom({self.custom_name!r})"
         return f"ProviderEndpoint.{self.kind.upper()}"
+
+
+ProviderEndpoint.OPENAI = ProviderEndpoint("openai")
+ProviderEndpoint.ANTHROPIC = ProviderEndpoint("anthropic")
+ProviderEndpoint.GOOGLE_GEMINI = ProviderEndpoint("google_gemini")
+ProviderEndpoint.DEEPSEEK = ProviderEndpoint("deepseek")
+ProviderEndpoint.LLAMA_CPP = ProviderEndpoint("llama_cpp")
+ProviderEndpoint.VLLM = ProviderEndpoint("vllm")
+ProviderEndpoint.LM_STUDIO = ProviderEndpoint("lm_studio")
+ProviderEndpoint.LOCAL = ProviderEndpoint("local")
 
 
 class MessageRole(enum.Enum):
@@ -468,6 +486,22 @@ class OutputSchema:
     target: type | None = attrs.field(default=None, eq=False, hash=False)
     strict: bool = True
 
+    @classmethod
+    def of(
+        cls, schema: Mapping[str, Any] | type, *, name: str | None = None, strict: bool = True
+    ) -> OutputSchema:
+        """An :class:`OutputSchema` from a JSON Schema object, an attrs class or a pydantic
+        model (its schema derived by :func:`cuca._typeschema.json_schema_of`); a
+        ``ConfigurationError`` for anything else."""
+        if isinstance(schema, Mapping):
+            return cls(name or "output", dict(schema), None, strict)
+        if isinstance(schema, type):
+            return cls(name or schema.__name__, json_schema_of(schema), schema, strict)
+        raise ConfigurationError(
+            f"an output schema is a JSON Schema dict, an attrs class or a pydantic model, "
+            f"not {type(schema).__name__}"
+        )
+
 
 def _items(value: Iterable[Any], cls: type, what: str) -> tuple[Any, ...]:
     """``value`` as a tuple whose every item is a ``cls``."""
@@ -635,7 +669,7 @@ class UnifiedRequest:
         """
         if schema is None or isinstance(schema, OutputSchema):
             return attrs.evolve(self, output_schema=schema)
-        built = DERIVED.output_schema(schema, name=name, strict=strict)
+        built = OutputSchema.of(schema, name=name, strict=strict)
         return attrs.evolve(self, output_schema=built)
 
     def with_provider(self, provider: ProviderEndpoint) -> UnifiedRequest:
@@ -721,7 +755,20 @@ class UnifiedResponse:
             from decimal import Decimal
 
             return Decimal(0)
-        return DERIVED.price(self, when)
+        usage, cache = self.usage, self.prompt_cache_usage
+        if usage is None:
+            return None
+        return price(
+            self.provider.kind,
+            self.model,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.reasoning_tokens,
+            cache.read_tokens if cache else None,
+            cache.write_tokens if cache else None,
+            at=when,
+            batch=self.batch,
+        )
 
 
 @attrs.frozen
@@ -758,33 +805,3 @@ class ModelInfo:
     max_output_tokens: int | None = None
     trained_context: int | None = None
     source: str = ""
-
-
-class _Unset:
-    """What stands in :data:`DERIVED` until the module that derives it is imported."""
-
-    def __init__(self, module: str) -> None:
-        self.module = module
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"{self.module} was not imported (import cuca imports it)")
-
-
-@attrs.define
-class Derived:
-    """What a data type derives but does not compute itself, because a data type imports
-    nothing above it: the price of a response (installed by :mod:`cuca.cost`, from
-    genai-prices) and the JSON Schema of a class for ``set_output_schema`` (installed by
-    :mod:`cuca.schema`). ``import cuca`` imports both, so the methods that use them
-    always work; the price data itself loads on the first price asked for."""
-
-    price: Callable[[UnifiedResponse, datetime | None], Decimal | None] = attrs.field(
-        factory=lambda: _Unset("cuca.cost")
-    )
-    output_schema: Callable[..., OutputSchema] = attrs.field(
-        factory=lambda: _Unset("cuca.schema")
-    )
-
-
-DERIVED = Derived()
-"""The one :class:`Derived`: filled in when :mod:`cuca.cost` and :mod:`cuca.schema` load."""

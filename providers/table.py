@@ -7,10 +7,10 @@ reading the table imports no adapter.
 
 Adding an OpenAI-compatible server is one entry here, with its ``chat`` dialect (what it
 does differently, :class:`ChatDialect`), and its docs page: the ``/chat/completions``
-adapter builds itself from the entry. ``ProviderEndpoint.parse("name")`` and the
-attribute ``ProviderEndpoint.NAME`` work at once; for type checkers to know the
-attribute, it is also declared on :class:`~cuca.types.ProviderEndpoint` (mypy reads no
-table).
+adapter builds itself from the entry. The endpoint itself is a constant of
+:class:`~cuca.types.ProviderEndpoint` (``ProviderEndpoint.NAME``, and its kind in
+``BUILTIN`` for ``parse``): a data type imports nothing above it, so the table declares
+nothing into it at import; a test checks that the table has one row per constant.
 """
 
 from __future__ import annotations
@@ -181,8 +181,8 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
 )
 """Every built-in endpoint, in the order the docs and the command list them."""
 
-ALIASES: Mapping[str, str] = {"llamacpp": "llama_cpp", "lmstudio": "lm_studio"}
-"""Other spellings ``ProviderEndpoint.parse`` accepts (besides each ``cli_name``)."""
+ALIASES: Mapping[str, str] = ProviderEndpoint.ALIASES
+"""Other spellings the command accepts (besides each ``cli_name``): the types' own."""
 
 _Index = tuple[tuple[EndpointInfo, ...], dict[str, EndpointInfo], dict[str, EndpointInfo]]
 _index: _Index | None = None
@@ -249,11 +249,3 @@ def by_cli_name(name: str) -> EndpointInfo | None:
     """The entry named ``name`` in any accepted spelling (``gemini``, ``google-gemini``,
     ``llamacpp``...), case-insensitive."""
     return _lookup()[2].get(name.strip().lower().replace("-", "_"))
-
-
-def _kind_named(name: str) -> str | None:
-    info = by_cli_name(name)
-    return None if info is None else info.kind
-
-
-ProviderEndpoint.declare((info.kind for info in ENDPOINTS), _kind_named)

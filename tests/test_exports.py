@@ -39,6 +39,7 @@ SUBMODULES = {
     "custom",
     "pipeline",
     "sse",
+    "framing",
     "hooks",
     "http",
     "opening",
