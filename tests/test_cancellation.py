@@ -126,7 +126,7 @@ def model() -> Iterator[LocalModel]:
 @settings(
     max_examples=examples(12),
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(drop=drops(local=True))
 def test_cancellation_local_drop_at_any_hop_leaves_nothing(model: LocalModel, drop: Drop) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 PROFILES = {"ci": 1, "nightly": 20}
 PROFILE = os.environ.get("CUCA_HYPOTHESIS_PROFILE", "ci")
@@ -20,8 +20,12 @@ if PROFILE not in PROFILES:
     )
 SCALE = PROFILES[PROFILE]
 
-settings.register_profile("ci", max_examples=100)
-settings.register_profile("nightly", max_examples=100 * PROFILES["nightly"])
+# No verdict depends on how busy the machine is: Hypothesis' deadline and its "input
+# generation is slow" health check measure wall-clock time, so neither is on (a test
+# that sets its own ``suppress_health_check`` keeps ``too_slow`` off: it lists it too).
+_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", max_examples=100, **_UNTIMED)
+settings.register_profile("nightly", max_examples=100 * PROFILES["nightly"], **_UNTIMED)
 settings.load_profile(PROFILE)
 
 
