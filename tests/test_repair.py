@@ -125,3 +125,37 @@ async def test_repair_of_the_tool_loop_gives_up_with_every_attempt() -> None:
                     async for _ in stream:
                         pass
     assert len(caught.value.attempts) == 2
+
+
+def test_repair_sums_the_usage_that_was_reported() -> None:
+    """The repaired answer's usage is every try's added up: ``None`` when no try reported
+    one, reasoning tokens only when some try reported them, the prompt cache's reads and
+    writes likewise."""
+    from cuca import PromptCacheUsage, TokenUsage
+    from cuca.repair import sum_cache_usage, sum_usage
+
+    assert sum_usage([]) is None and sum_usage([None, None]) is None
+    assert sum_usage([TokenUsage(1, 2), None, TokenUsage(3, 4)]) == TokenUsage(4, 6, None)
+    assert sum_usage([TokenUsage(1, 2), TokenUsage(3, 4, 5)]) == TokenUsage(4, 6, 5)
+    assert sum_cache_usage([]) is None and sum_cache_usage([None]) is None
+    assert sum_cache_usage(
+        [PromptCacheUsage(10, 1), None, PromptCacheUsage(5, 2)]
+    ) == PromptCacheUsage(15, 3)
+
+
+async def test_repair_refuses_a_negative_count_and_quotes_the_error_back() -> None:
+    """``repair=-1`` is refused before anything is sent; the message sent back to the
+    model quotes the validation error and asks for the corrected JSON only."""
+    from cuca.repair import feedback
+
+    family = FAMILIES[0]
+    async with open_replay_server([family.text_reply(FITS)]) as server:
+        async with family.client(server.url) as client:
+            with pytest.raises(ConfigurationError, match="repair is a number of retries"):
+                await client.generate(REQUEST, repair=-1)
+        assert server.requests == []
+    error = OutputValidationError("99 is greater than the maximum of 60", TOO_HOT)
+    assert feedback(error) == (
+        "Your answer does not fit the required JSON Schema: 99 is greater than the maximum "
+        "of 60. Answer again with only the corrected JSON."
+    )
