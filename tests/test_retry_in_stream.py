@@ -295,6 +295,47 @@ def test_retry_opening_decides_at_the_first_item_or_error() -> None:
     assert probe.feed(b"data: ping\n\n") and probe.error is None  # too long without an item
 
 
+def test_retry_opening_holds_up_to_its_limit_bytes() -> None:
+    """An opening reads ``limit`` body bytes without an item and still decides nothing;
+    the byte past them decides (the answer is passed on, never sent again); what comes
+    after the decision changes nothing."""
+    probe = opening(limit=12)
+    assert not probe.feed(b"data: ping\n\n")  # 12 bytes: held
+    assert not probe.decided
+    assert probe.feed(b":")  # the 13th: too long without an item
+    assert probe.error is None
+    assert probe.feed(b"\n\ndata: X\n\n") and probe.error is None  # decided already
+    probe.close()
+    assert probe.error is None
+
+
+class _Unfinished(_Decoder):
+    """A decoder whose body ended before its end marker, as a real one says it."""
+
+    def close(self) -> list[Any]:
+        from cuca import StreamIncomplete
+
+        raise StreamIncomplete("stream ended before the turn was complete")
+
+
+def test_retry_opening_decides_at_the_body_end_from_what_is_held() -> None:
+    """``close()``: the decoder's own end decides: a decoder that says the answer is
+    incomplete gives that error (what the turn's own decoder raises from the same
+    bytes); a decided opening keeps its first decision."""
+    from cuca import StreamIncomplete
+    from cuca.stages.sse import SseParser
+
+    probe = Opening(SseParser(), _Unfinished(), 1 << 18)
+    assert not probe.feed(b"data: ping\n\n")
+    probe.close()
+    assert isinstance(probe.error, StreamIncomplete)
+    probe = opening()
+    assert probe.feed(b"data: X\n\n")
+    first = probe.error
+    probe.close()
+    assert probe.error is first
+
+
 # -- over HTTP --------------------------------------------------------------------------
 
 
