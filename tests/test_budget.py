@@ -333,6 +333,8 @@ async def test_budget_admits_a_turn_that_fits_exactly(unit: str) -> None:
                 await c.generate(REQUEST)
         assert (caught.value.spent, caught.value.projected) == (0.0, whole)
     assert len(server.requests) == 1
+    if unit == "usd":
+        assert f"this turn projects ${whole:.6f}, the limit is $" in str(caught.value)
     if unit == "tokens":
         assert str(caught.value).endswith(
             "tokens: spent and reserved 0 tokens, this turn projects 66 tokens, "
@@ -380,7 +382,7 @@ async def test_budget_unpriced_model_allowed_is_charged_nothing() -> None:
     """``on_unpriced="allow"``: a model without a price is counted at $0, its tokens
     at their count."""
     request = UnifiedRequest.new("my-own-model").add_user_message("Hi").set_max_tokens(8)
-    budget = Budget(usd=1.0, tokens=10**6, on_unpriced="allow")
+    budget = Budget(usd=0.5, tokens=10**6, on_unpriced="allow")
     async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
         await c.generate(request)
     assert await budget.spent() == {"usd": 0.0, "tokens": 1163.0}
@@ -411,3 +413,85 @@ async def test_budget_window_state_expires_with_its_window() -> None:
     async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
         await c.generate(REQUEST)
     assert ttls == [120, 120]
+
+
+def test_budget_refuses_each_bad_setting_by_name() -> None:
+    """A cap or window that is not a positive number (0, a negative, a bool) is refused
+    naming it; so is a store that is not a cuca store; "refuse" and "allow" are the
+    two ``on_unpriced`` answers, and a tokens-only budget allows unpriced models."""
+    from cuca import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as caught:
+        Budget()
+    assert str(caught.value) == "configuration error: a Budget needs usd= or tokens="
+    for name, value in [("usd", 0), ("tokens", -5), ("window", True), ("usd", True)]:
+        with pytest.raises(ConfigurationError) as caught:
+            Budget(**{"tokens": 10, name: value})
+        assert str(caught.value).endswith(f"{name} must be a positive number, not {value!r}")
+    with pytest.raises(ConfigurationError) as caught:
+        Budget(tokens=10, store={})  # type: ignore[arg-type]
+    assert str(caught.value).endswith("store must be a cuca store, not {} (dict)")
+    assert Budget(usd=1, on_unpriced="refuse").on_unpriced == "refuse"
+    assert Budget(usd=1).on_unpriced == "refuse"
+    assert Budget(tokens=1).on_unpriced == "allow"
+
+
+async def test_budget_unpriced_refusal_says_what_was_spent_and_the_limit() -> None:
+    """A model without a price, under a ``usd`` budget: refused before anything is sent,
+    with the dollars spent so far and the limit, nothing projected, and how to allow it."""
+    budget = Budget(usd=1.0)
+    unpriced = UnifiedRequest.new("my-own-model").add_user_message("Hi").set_max_tokens(8)
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        await c.generate(REQUEST)
+        spent = (await budget.spent())["usd"]
+        with pytest.raises(BudgetExceeded) as caught:
+            await c.generate(unpriced)
+    error = caught.value
+    assert (error.unit, error.spent, error.projected, error.limit) == ("usd", spent, None, 1.0)
+    assert spent > 0
+    assert str(error).endswith(
+        "no price is known for 'my-own-model' on openai "
+        '(on_unpriced="refuse"; pass on_unpriced="allow" to count it at $0)'
+    )
+    assert len(server.requests) == 1
+
+
+async def test_budget_defaults_warn_at_eighty_percent_under_the_key_cuca_budget() -> None:
+    """docs/limits.md: ``warn_at`` is 0.8 by default, and the state lives under the key
+    "cuca:budget" (budgets sharing a store and a key share their spending)."""
+    from cuca.store import MemoryStore
+
+    told: list[BudgetWarning] = []
+    store = MemoryStore()
+    budget = Budget(tokens=1453, count_tokens=False, on_warn=told.append, store=store)
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        await c.generate(REQUEST)  # 1163 of 1453: 80.04%
+    assert [w.unit for w in told] == ["tokens"]
+    assert (await store.get("cuca:budget"))["spent"] == {"tokens": 1163.0}
+    assert await Budget(tokens=1453, store=store).spent() == {"tokens": 1163.0}
+
+
+def test_budget_projects_prompt_and_output_at_the_models_prices() -> None:
+    """The dollars projected grow with the prompt as with ``max_tokens``."""
+    budget = Budget(usd=1.0)
+    request = REQUEST.with_provider(OPENAI)
+    small, large = budget.project(request, 10), budget.project(request, 10_000)
+    assert small.usd is not None and large.usd is not None and large.usd > small.usd
+    assert budget.project(request.set_max_tokens(1000), 10).usd > small.usd  # type: ignore[operator]
+
+
+async def test_budget_turn_outliving_its_reservation_is_still_charged() -> None:
+    """A reservation older than an hour is taken for a dead process's and dropped by the
+    next admission; the turn that held it, still alive, is charged its exact cost when it
+    ends all the same (its reservation already gone: no error)."""
+    now = [0.0]
+    budget = Budget(tokens=10**6, count_tokens=False, clock=lambda: now[0])
+    async with open_replay_server([SLOW, TEXT]) as server, client(server.url, budget) as c:
+        async with c.generate_stream(REQUEST) as first:
+            async for _ in first:
+                break  # admitted, streaming
+            now[0] += 3601
+            await c.generate(REQUEST)  # admitted: the first's reservation dropped
+            async for _ in first:
+                pass
+    assert (await budget.spent())["tokens"] == 2 * 1163

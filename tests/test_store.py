@@ -408,3 +408,23 @@ async def test_store_sqlite_waits_for_another_writer_up_to_its_busy_timeout(
     await store.update("k", lambda old: (old + 1, None))
     assert await store.get("k") == 2
     await store.aclose()
+
+
+async def test_store_values_are_copies_and_an_update_keeps_its_ttl(store: Store) -> None:
+    """A stored value is JSON, not the caller's object: changing the dict given to
+    ``set``, or the one ``get`` returned, changes nothing stored; an update's ``ttl``
+    makes the new value expire; storing ``None`` through an update deletes the key."""
+    value = {"turns": [1, 2]}
+    await store.set("v", value)
+    value["turns"].append(3)
+    got = await store.get("v")
+    assert got == {"turns": [1, 2]}
+    got["turns"].append(4)
+    assert await store.get("v") == {"turns": [1, 2]}
+    assert await store.update("short", lambda old: ("soon gone", old), ttl=0.05) is None
+    assert await store.update("long", lambda old: ("kept", old), ttl=60) is None
+    await trio.sleep(0.2)
+    assert await store.get("short") is None and await store.get("long") == "kept"
+    assert await store.update("long", lambda old: (None, old)) == "kept"
+    assert await store.get("long") is None
+    assert repr(store).startswith(type(store).__name__ + "(")

@@ -19,6 +19,8 @@ would name its functions ``stages.opening``, matching no test). So each module r
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import json
 import re
 import shutil
@@ -99,14 +101,26 @@ def stage(module: str, tests: list[str]) -> Path:
     return where
 
 
-def diff(where: Path, name: str) -> tuple[str, str]:
-    """The line a mutant removes and the one it adds (``mutmut show``)."""
-    shown = subprocess.run(
-        [str(Path(sys.executable).parent / "mutmut"), "show", name],
-        cwd=where, capture_output=True, text=True, check=False,
-    ).stdout
-    was = [line[1:].strip() for line in shown.splitlines() if re.match(r"-(?!--)", line)]
-    now = [line[1:].strip() for line in shown.splitlines() if re.match(r"\+(?!\+\+)", line)]
+def functions(path: Path) -> dict[str, list[str]]:
+    """The lines of every function of a mutated file (the original of each function is
+    ``<name>__mutmut_orig``, each mutant ``<name>__mutmut_<n>``), by name."""
+    source = path.read_text()
+    lines = source.splitlines()
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and "__mutmut_" in node.name:
+            named = lines[node.lineno - 1 : node.end_lineno]  # the original and the
+            found[node.name] = [line.replace(node.name, "f") for line in named]  # mutants
+    return found
+
+
+def diff(bodies: dict[str, list[str]], name: str) -> tuple[str, str]:
+    """The lines a mutant removes and the ones it adds, each stripped and joined."""
+    mangled = name.rsplit(".", 1)[-1]
+    original = bodies.get(re.sub(r"__mutmut_\d+$", "__mutmut_orig", mangled), [])
+    changed = list(difflib.ndiff(original, bodies.get(mangled, [])))
+    was = [line[2:].strip() for line in changed if line.startswith("- ")]
+    now = [line[2:].strip() for line in changed if line.startswith("+ ")]
     return " ".join(was), " ".join(now)
 
 
@@ -123,14 +137,18 @@ def survivors(where: Path, module: str) -> list[str]:
     return [name for name, code in codes.items() if code not in KILLED | TIMEOUT]
 
 
-def run(module: str, tests: list[str], children: int, again: bool) -> dict[str, object]:
-    """Mutate ``module``, run its tests against each mutant, and score it; ``again``:
-    only the survivors of the last run, against the tests as they are now (tests are
-    only ever added, so a mutant killed stays killed)."""
+def run(module: str, tests: list[str], children: int, mode: str) -> dict[str, object]:
+    """Mutate ``module``, run its tests against each mutant, and score it. ``mode``:
+    ``"all"``; ``"again"``, only the survivors of the last run, against the tests as
+    they are now (tests are only ever added, so a mutant killed stays killed);
+    ``"score"``, the last run's score, nothing run."""
     started = time.monotonic()
     where = ROOT / ".cache" / "mutate" / module.replace("/", "_").removesuffix(".py")
     names: list[str] = []
-    if again and (where / "mutants").exists():
+    again = mode == "again"
+    if mode == "score":
+        pass
+    elif again and (where / "mutants").exists():
         names = survivors(where, module)
         skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
         for copy in (where / "tests", where / "mutants" / "tests"):
@@ -138,7 +156,7 @@ def run(module: str, tests: list[str], children: int, again: bool) -> dict[str, 
     else:
         where = stage(module, tests)
     log = where / "mutmut.log"
-    if not again or names:
+    if mode == "all" or names:
         with log.open("a" if again else "w") as out:
             mutmut = str(Path(sys.executable).parent / "mutmut")
             command = ["nice", "-n", "10", mutmut, "run", "--max-children", str(children)]
@@ -148,6 +166,7 @@ def run(module: str, tests: list[str], children: int, again: bool) -> dict[str, 
     meta = where / "mutants" / (staged(module) + ".meta")
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
     known = [e for e in equivalents() if e.module == module]
+    bodies = functions(where / "mutants" / staged(module))
     alive, equivalent, odd = [], [], []
     for name, code in sorted(codes.items()):
         if code in KILLED or code in TIMEOUT:
@@ -155,7 +174,7 @@ def run(module: str, tests: list[str], children: int, again: bool) -> dict[str, 
         if code not in SURVIVED | NO_TESTS:
             odd.append((name, code))
             continue
-        was, now = diff(where, name)
+        was, now = diff(bodies, name)
         function = function_of(name)
         match = [e for e in known if (e.function, e.was, e.now) == (function, was, now)]
         (equivalent if match else alive).append((name, function, was, now, code))
@@ -192,6 +211,7 @@ def main() -> None:
         "--again", action="store_true",
         help="rerun only the last run's survivors, against the tests as they are now",
     )
+    parser.add_argument("--score", action="store_true", help="the last run's score, nothing run")
     args = parser.parse_args()
     chosen = args.modules or list(known)
     unknown = [m for m in chosen if m not in known]
@@ -200,7 +220,8 @@ def main() -> None:
     header = f"{'module':34} {'mutants':>7} {'killed':>6} {'equiv':>5} {'alive':>5} {'score':>6}"
     print(header, flush=True)
     for module in chosen:
-        row = run(module, known[module], args.children, args.again)
+        mode = "score" if args.score else "again" if args.again else "all"
+        row = run(module, known[module], args.children, mode)
         print(
             f"{module:34} {row['mutants']:>7} {row['killed']:>6} {row['equivalent']:>5}"
             f" {row['survived']:>5} {row['score']:>6.1%}  {row['seconds']} s  {row['report']}",
