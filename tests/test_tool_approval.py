@@ -282,6 +282,8 @@ def returns_a_word(call: ToolCall) -> str:
 
 
 FORMS = {
+    "no_approver": (None, [], "denied: book needs approval and the loop has no approver",
+                    "denied", "no approver"),
     "true": (says_yes, ["Paris"], "booked in Paris", "approved", "says_yes"),
     "false": (says_no, [], "denied by approver", "denied", "says_no"),
     "deny_without_reason": (says_no_plain, [], "denied by approver", "denied", "says_no_plain"),

@@ -90,6 +90,9 @@ def stage(module: str, tests: list[str]) -> Path:
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider"],
         "use_git_change_detection": False,
+        # a mutant that makes a test wait for ever (a timeout never firing) is stopped at
+        # 5 times the tests' measured time, not mutmut's 15: minutes, not a quarter hour
+        "timeout_multiplier": 5.0,
         # debug keeps the workers' output: without it mutmut points each worker's stdout
         # at an open os.devnull, which tests/conftest.py reports as an unclosed file, and
         # every mutant is "killed" by that report (seen: 406 of 406 on budget.py)
