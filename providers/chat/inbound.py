@@ -1,0 +1,245 @@
+"""A ``/chat/completions`` request body, as a server receives it, read into a
+:class:`~cuca.types.UnifiedRequest` (the inverse of :mod:`.encode`).
+
+=======================================  ===========================================
+the body                                 the request
+=======================================  ===========================================
+``system`` / ``developer`` message       a System message (text parts joined)
+``user`` message                         a User message: Text, and ImageBase64 for a
+                                         ``data:`` image URL (a remote URL is refused)
+``assistant`` message                    an Assistant message: its ``reasoning`` (or
+                                         the alias ``reasoning_content``) as Thinking,
+                                         then its text, then each of ``tool_calls``
+``tool`` message                         a Tool message with one ToolResult
+``max_completion_tokens``/``max_tokens``  ``max_tokens`` (the first wins)
+``reasoning_effort``                     ``thinking``: ``"none"`` off, else on at that
+                                         effort (``"max"`` is XHIGH)
+``chat_template_kwargs.enable_thinking``  ``thinking`` on or off (vLLM's switch)
+``thinking: {"type": ...}``              ``thinking`` on or off (DeepSeek's switch)
+``tools`` (functions)                    ``tools``
+``response_format``                      ``output_schema``
+``stream_options.include_usage``         the usage chunk (:class:`.serving.Inbound`)
+=======================================  ===========================================
+
+Assistant reasoning arrives as text with no signature on this wire: it is read as an
+unsigned Thinking block, which the local engine puts back in its template at its own
+turn (seed 000) and the chat backends echo as ``reasoning_content``. Fields the wire
+has and cuca does not use (``n``, ``logprobs``, ``user``...) are ignored, as OpenAI
+ignores what it does not know; a field of the wrong type is a
+:class:`~cuca.errors.ConfigurationError` naming it (the server's 400).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cuca.errors import ConfigurationError
+from cuca.types import (
+    Block,
+    ImageBase64,
+    MessageRole,
+    OutputSchema,
+    Text,
+    Thinking,
+    ThinkingConfig,
+    ThinkingEffort,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    UnifiedMessage,
+    UnifiedRequest,
+)
+
+from ..serving import Body, Inbound
+
+__all__ = ["EFFORTS", "decode", "decode_request", "image_block", "parts_text"]
+
+EFFORTS: dict[str, ThinkingEffort | None] = {
+    "none": None,
+    "minimal": ThinkingEffort.MINIMAL,
+    "low": ThinkingEffort.LOW,
+    "medium": ThinkingEffort.MEDIUM,
+    "high": ThinkingEffort.HIGH,
+    "xhigh": ThinkingEffort.XHIGH,
+    "max": ThinkingEffort.XHIGH,
+}
+"""``reasoning_effort`` values: ``none`` turns thinking off, the others on at an effort."""
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def decode_request(body: Any) -> UnifiedRequest:
+    """The request a ``/chat/completions`` body stands for."""
+    return decode(body).request
+
+
+def decode(body: Any) -> Inbound:
+    """The request a ``/chat/completions`` body stands for, and whether it asks for the
+    usage chunk. Raises :class:`~cuca.errors.ConfigurationError` naming the first
+    field that is missing or of the wrong type."""
+    top = Body(body)
+    model = top.text("model", required=True) or ""
+    messages = tuple(_message(m) for m in top.objects("messages", required=True))
+    if not messages:
+        raise ConfigurationError("messages must hold at least one message")
+    max_tokens = top.integer("max_completion_tokens", minimum=1)
+    if max_tokens is None:
+        max_tokens = top.integer("max_tokens", minimum=1)
+    stream = bool(top.boolean("stream"))
+    options = top.object("stream_options")
+    include_usage = bool(options.boolean("include_usage")) if options is not None else False
+    request = UnifiedRequest(
+        model=model,
+        messages=messages,
+        temperature=top.number("temperature"),
+        max_tokens=max_tokens,
+        stream=stream,
+        thinking=_thinking(top),
+        tools=tuple(_tool(t) for t in top.objects("tools")),
+        output_schema=_output_schema(top.object("response_format")),
+    )
+    return Inbound(request, include_usage=include_usage and stream)
+
+
+# -- messages --------------------------------------------------------------------------
+
+
+def _message(message: Body) -> UnifiedMessage:
+    role = message.text("role", required=True)
+    if role not in _ROLES:
+        raise ConfigurationError(
+            f"{message.at('role')} must be one of {', '.join(_ROLES)}, not {role!r}"
+        )
+    if role in ("system", "developer"):
+        return UnifiedMessage(MessageRole.SYSTEM, (Text(parts_text(message, "content")),))
+    if role == "user":
+        return UnifiedMessage(MessageRole.USER, _user_content(message))
+    if role == "tool":
+        call_id = message.text("tool_call_id", required=True) or ""
+        result = ToolResult(call_id, parts_text(message, "content"))
+        return UnifiedMessage(MessageRole.TOOL, (result,), tool_call_id=call_id)
+    return UnifiedMessage(MessageRole.ASSISTANT, _assistant_content(message))
+
+
+def parts_text(message: Body, key: str) -> str:
+    """A content that is a string, null, or a list of text parts, as one string (the
+    parts joined as they are: they are pieces of one text)."""
+    value = message.get(key, str, list, what="a string or an array of content parts")
+    if value is None or isinstance(value, str):
+        return value or ""
+    texts: list[str] = []
+    for part in message.objects(key):
+        kind = part.text("type")
+        if kind not in ("text", "input_text", "output_text", "refusal", None):
+            raise ConfigurationError(f"{part.at('type')} {kind!r} cannot be read here as text")
+        texts.append(part.text("text") or part.text("refusal") or "")
+    return "".join(texts)
+
+
+def _user_content(message: Body) -> tuple[Block, ...]:
+    value = message.get("content", str, list, what="a string or an array of content parts")
+    if value is None or isinstance(value, str):
+        return (Text(value or ""),)
+    blocks: list[Block] = []
+    for part in message.objects("content"):
+        kind = part.text("type", required=True)
+        if kind in ("text", "input_text"):
+            blocks.append(Text(part.text("text", required=True) or ""))
+        elif kind == "image_url":
+            image = part.object("image_url", required=True)
+            assert image is not None
+            blocks.append(image_block(image.text("url", required=True) or "", image.at("url")))
+        else:
+            raise ConfigurationError(f"{part.at('type')} {kind!r} is not a part cuca reads")
+    return tuple(blocks)
+
+
+def image_block(url: str, where: str) -> ImageBase64:
+    """An image given as a ``data:`` URL; any other URL is refused (the server fetches
+    nothing on a client's behalf)."""
+    head, sep, data = url.partition(",")
+    if not (head.startswith("data:") and head.endswith(";base64") and sep):
+        raise ConfigurationError(f"{where} must be a base64 data: URL (no remote images)")
+    return ImageBase64(head[len("data:") : -len(";base64")], data)
+
+
+def _assistant_content(message: Body) -> tuple[Block, ...]:
+    blocks: list[Block] = []
+    reasoning = message.text("reasoning")
+    if reasoning is None:
+        reasoning = message.text("reasoning_content")
+    if reasoning:
+        blocks.append(Thinking(reasoning))
+    text = parts_text(message, "content")
+    if text:
+        blocks.append(Text(text))
+    for call in message.objects("tool_calls"):
+        blocks.append(_tool_call(call))
+    return tuple(blocks)
+
+
+def _tool_call(call: Body) -> ToolCall:
+    call_id = call.text("id", required=True) or ""
+    function = call.object("function", required=True)
+    assert function is not None
+    name = function.text("name", required=True) or ""
+    arguments = function.get("arguments", str, dict, what="a JSON object or its text")
+    try:
+        return ToolCall(call_id, name, arguments)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{function.at('arguments')}: {exc.message}") from None
+
+
+# -- the rest of the request -----------------------------------------------------------
+
+
+def _thinking(top: Body) -> ThinkingConfig | None:
+    effort = top.text("reasoning_effort")
+    if effort is not None:
+        if effort not in EFFORTS:
+            names = ", ".join(EFFORTS)
+            raise ConfigurationError(f"reasoning_effort must be one of {names}, not {effort!r}")
+        level = EFFORTS[effort]
+        return ThinkingConfig.off() if level is None else ThinkingConfig(True, level)
+    kwargs = top.object("chat_template_kwargs")
+    switch = kwargs.boolean("enable_thinking") if kwargs is not None else None
+    if switch is not None:
+        return ThinkingConfig(enabled=switch)
+    mode = top.object("thinking")
+    if mode is not None:
+        kind = mode.text("type")
+        if kind not in ("enabled", "disabled"):
+            raise ConfigurationError(f"thinking.type must be enabled or disabled, not {kind!r}")
+        return ThinkingConfig(enabled=kind == "enabled")
+    return None
+
+
+def _tool(tool: Body) -> ToolDefinition:
+    kind = tool.text("type")
+    if kind not in ("function", None):
+        raise ConfigurationError(f"{tool.at('type')} {kind!r}: only function tools are served")
+    function = tool.object("function", required=True)
+    assert function is not None
+    schema = function.get("parameters", dict) or {"type": "object", "properties": {}}
+    description = function.text("description") or ""
+    return ToolDefinition(function.text("name", required=True) or "", description, schema)
+
+
+def _output_schema(spec: Body | None) -> OutputSchema | None:
+    if spec is None:
+        return None
+    kind = spec.text("type")
+    if kind == "text" or kind is None:
+        return None
+    if kind == "json_object":
+        return OutputSchema("output", {"type": "object"}, strict=False)
+    if kind != "json_schema":
+        raise ConfigurationError(f"response_format.type {kind!r} is not one cuca serves")
+    schema = spec.object("json_schema", required=True)
+    assert schema is not None
+    strict = schema.boolean("strict")
+    return OutputSchema(
+        schema.text("name") or "output",
+        schema.get("schema", dict) or {"type": "object"},
+        strict=bool(strict),
+    )
