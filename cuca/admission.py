@@ -12,41 +12,38 @@ core knowing them:
 - a :class:`TurnReplay` (the response cache) may answer a turn from what it kept: the
   stored blocks then flow through the chunk hooks as a stream, and nothing is sent.
 
-The client puts three small actors in a turn that has either: ``admission`` right after
-``request_hooks`` (the request as the plugins left it: a cache lookup, then every
-gate), ``response_head`` after ``transport`` (headers to the tickets) and ``replay``
-right after ``decode`` (or the engine's ``output_parse``: records a live turn's blocks,
-or replays a hit, so every user stage after it and the chunk hooks see the replay).
+Neither is a stage: a turn meets them at its seams (:mod:`cuca.seams`), the cache
+lookup and every gate's :class:`Admission` *before* the pipeline starts, each attempt's
+head *during* it, the settlement and the kept entry *after* it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 import trio
 
 from .errors import CucaError
 from .plugins import BudgetWarning, TurnOutcome
-from .turn import EndOfTurn, TurnState
-from .types import Block, TurnSummary, UnifiedRequest
+from .turn import AttemptHead
+from .types import Block, TurnSummary, UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
-    from cuca.stages.pipeline import Insertion
-
     from .stream import ResponseStream
 
 __all__ = [
+    "Admission",
     "Counter",
     "Replay",
     "Ticket",
-    "TurnAdmission",
     "TurnGate",
     "TurnReplay",
     "admitted",
     "estimate_tokens",
+    "outcome",
 ]
 
 CHARS_PER_TOKEN = 4
@@ -101,10 +98,6 @@ SETTLE_TIMEOUT = 10.0
 """Seconds a cancelled turn may spend giving its permits back (shielded from the
 cancellation) before it gives up on a store that does not answer."""
 
-REPLAY_BATCH = 32
-"""Blocks per batch of a replayed turn."""
-
-
 class Ticket(Protocol):
     """A turn's permit from one :class:`TurnGate`.
 
@@ -112,9 +105,10 @@ class Ticket(Protocol):
     transport is about to send the request again after a failed attempt: it may wait
     (the rate limiter holds the resend until its pause is over)."""
 
-    async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        """An attempt's status and headers, as soon as they arrive (HTTP turns): each
-        non-2xx answer the transport retries or gives up on, then the 2xx one."""
+    async def on_head(self, head: AttemptHead) -> None:
+        """An attempt's status and headers (and what they say of the server's rate
+        limits), as soon as they arrive (HTTP turns): each non-2xx answer the transport
+        retries or gives up on, then the 2xx one."""
         ...
 
     async def settle(self, end: TurnOutcome) -> Sequence[BudgetWarning] | None:
@@ -160,145 +154,73 @@ class TurnReplay(Protocol):
     ) -> None: ...
 
 
-class TurnAdmission:
-    """One turn's gates and replay: the actors to insert, then :meth:`settle`."""
+def outcome(
+    error: Exception | None, response: UnifiedResponse | None, sent: bool = True
+) -> TurnOutcome:
+    """How a turn ended, for its tickets and observers: with ``error``, with
+    ``response``, or cancelled. A turn whose request never went out (``sent=False``)
+    and that did not fail ends as one that failed without a response: a budget charges
+    it nothing."""
+    if error is not None:
+        return TurnOutcome("error", error=error)
+    if response is not None:
+        return TurnOutcome("ok", response)
+    return TurnOutcome("cancelled") if sent else TurnOutcome("error")
 
-    def __init__(
-        self,
-        gates: Sequence[TurnGate],
-        replay: TurnReplay | None,
-        endpoint: str | None,
-        count: Counter = estimated,
-    ) -> None:
-        self.gates = gates
+
+class Admission:
+    """One turn's tickets from its gates: taken before its request goes out
+    (:meth:`admit`), told of every attempt's head and resend, settled once when the turn
+    has ended, however it ended (:meth:`settle`). The one admission of a turn, whoever
+    runs it: a client's turn (:mod:`cuca.seams`) or a service over clients
+    (:func:`admitted`)."""
+
+    def __init__(self, gates: Sequence[TurnGate], count: Counter = estimated) -> None:
+        self.gates = tuple(gates)
         self.count = _counted_once(count)  # every gate of the turn, one count
-        self.replay = replay
-        self.endpoint = endpoint
         self.tickets: list[Ticket] = []
-        self.request: UnifiedRequest | None = None
-        self.hit: Replay | None = None
-        self.blocks: list[Block] = []
-        self.clean = True
-        self.summary: TurnSummary | None = None
         self.settled = False
         self.failure: BaseException | None = None
         self.warnings: list[BudgetWarning] = []
 
-    async def answered(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        """A non-2xx attempt (:class:`cuca.stages.http.Attempts`): to every ticket."""
+    async def admit(self, request: UnifiedRequest) -> None:
+        """Take a ticket from every gate, in order (each may wait, or refuse by raising).
+        A refusal, or a cancellation, settles the tickets already taken before it is
+        raised: their request never went out."""
+        try:
+            for gate in self.gates:
+                self.tickets.append(await gate.admit(request, self.count))
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else None
+            await self.settle(outcome(error, None, sent=False))
+            raise
+
+    async def head(self, head: AttemptHead) -> None:
+        """An attempt's head (the *during* seam): to every ticket."""
         for ticket in self.tickets:
-            await ticket.on_head(status, headers)
+            await ticket.on_head(head)
 
     async def resending(self) -> None:
-        """A resend (:class:`cuca.stages.http.Attempts`): every ticket may hold it."""
+        """The request is about to be sent again: every ticket may hold it."""
         for ticket in self.tickets:
             on_resend = getattr(ticket, "on_resend", None)
             if on_resend is not None:
                 await on_resend()
 
-    def insertions(self, http: bool) -> list[Insertion[Any]]:
-        from cuca.stages.pipeline import after
-
-        stages = [after("request_hooks", self._admit, "admission")]
-        if http and self.gates:
-            stages.append(after("transport", self._head, "response_head"))
-        if self.replay is not None:  # right after the source: user stages see a replay
-            stages.append(after("decode" if http else "output_parse", self._replay, "replay"))
-        return stages
-
-    async def _admit(
-        self, receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
-            for request in batch:
-                self.request = request
-                if self.replay is not None:
-                    self.hit = await self.replay.lookup(request, self.endpoint)
-                    if self.hit is not None:
-                        continue  # answered from the cache: nothing goes out
-                for gate in self.gates:
-                    ticket = await gate.admit(request, self.count)
-                    self.tickets.append(ticket)
-                    if self.settled:  # the turn ended while the store answered
-                        await self._settle_late(ticket)
-                await send.send([request])
-
-    async def _settle_late(self, ticket: Ticket) -> None:
-        """A ticket that came after the turn was settled (it was cancelled while a
-        store's update, which cannot be taken back, was on its way): settled now, so
-        its slot and reservation are given back. Its request was never sent: it ends
-        as a turn that failed without a response (a budget charges it nothing)."""
-        with trio.move_on_after(SETTLE_TIMEOUT) as scope:
-            scope.shield = True
-            try:
-                await ticket.settle(TurnOutcome("error"))
-            except CucaError as exc:
-                self.failure = self.failure or exc
-
-    async def _head(
-        self, receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        from cuca.stages.items import ResponseHead
-
-        async for batch in receive:
-            head = batch[0]
-            if type(head) is ResponseHead:
-                for ticket in self.tickets:
-                    await ticket.on_head(head.status, head.headers)
-            await send.send(batch)
-
-    async def _replay(
-        self, receive: trio.MemoryReceiveChannel[Any], send: trio.MemorySendChannel[Any]
-    ) -> None:
-        async for batch in receive:
-            for item in batch:
-                if isinstance(item, EndOfTurn):
-                    self.summary = item.summary
-                elif isinstance(item, CucaError):
-                    self.clean = False  # a turn with an error item is not kept
-                else:
-                    self.blocks.append(item)
-            await send.send(batch)
-        hit, request = self.hit, self.request
-        if hit is None or request is None:
-            return
-        for start in range(0, len(hit.blocks), REPLAY_BATCH):
-            await send.send(list(hit.blocks[start : start + REPLAY_BATCH]))
-        await send.send([EndOfTurn(request, hit.summary, cached=True)])
-
-    async def settle(self, state: TurnState, stream: ResponseStream) -> None:
-        """Settle every ticket and keep a clean live turn, once (the client calls it when
-        the turn has ended, before its observers' ``on_end``, and again when the turn's
-        block is left: a no-op then). The first failure is kept in ``failure`` (the
-        client raises it when nothing else is being raised), the budgets' warnings in
-        ``warnings``. Shielded from a cancellation, within :data:`SETTLE_TIMEOUT`."""
+    async def settle(self, end: TurnOutcome) -> None:
+        """Settle every ticket with ``end``, once (a second call is a no-op). The first
+        failure is kept in ``failure``, the budgets' warnings in ``warnings``. Shielded
+        from a cancellation, within :data:`SETTLE_TIMEOUT`."""
         if self.settled:
             return
         self.settled = True
-        response = stream.response
-        if state.error is not None:
-            end = TurnOutcome("error", error=state.error)
-        elif response is not None:
-            end = TurnOutcome("ok", response)
-        else:
-            end = TurnOutcome("cancelled")
-        failure: BaseException | None = None
         with trio.move_on_after(SETTLE_TIMEOUT) as scope:
             scope.shield = True
             for ticket in self.tickets:
                 try:
                     self.warnings += await ticket.settle(end) or ()
                 except CucaError as exc:
-                    failure = failure or exc
-            keep = self.replay is not None and self.hit is None and self.clean
-            if keep and response is not None and self.summary is not None:
-                assert self.replay is not None and self.request is not None
-                try:
-                    replay = Replay(tuple(self.blocks), self.summary)
-                    await self.replay.keep(self.request, self.endpoint, replay)
-                except CucaError as exc:
-                    failure = failure or exc
-        self.failure = failure
+                    self.failure = self.failure or exc
 
 
 @asynccontextmanager
@@ -306,14 +228,15 @@ async def admitted(
     gate: TurnGate | None, request: UnifiedRequest
 ) -> AsyncIterator[Callable[[ResponseStream], None]]:
     """A turn run by a service over clients (a :class:`~cuca.FallbackClient`) under
-    ``gate``: admitted before the block, settled after it however it is left. The block
-    calls the yielded function with the stream it ran, so the settlement sees how the
-    turn ended. The prompt is estimated (:func:`estimate_tokens`): the client that will
-    answer is not known yet."""
+    ``gate``: admitted before the block, settled after it however it is left (the same
+    :class:`Admission` as a client's turn). The block calls the yielded function with
+    the stream it ran, so the settlement sees how the turn ended. The prompt is
+    estimated (:func:`estimate_tokens`): the client that will answer is not known yet."""
     if gate is None:
         yield lambda stream: None
         return
-    ticket = await gate.admit(request, estimated)
+    admission = Admission([gate])
+    await admission.admit(request)
     streams: list[ResponseStream] = []
     end = TurnOutcome("cancelled")
     try:
@@ -324,6 +247,4 @@ async def admitted(
         end = TurnOutcome("error", error=exc)
         raise
     finally:
-        with trio.move_on_after(SETTLE_TIMEOUT) as scope:
-            scope.shield = True
-            await ticket.settle(end)
+        await admission.settle(end)

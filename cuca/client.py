@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
@@ -10,15 +10,12 @@ from typing import TYPE_CHECKING, Any, Unpack
 import attrs
 import httpx
 import sniffio
-import trio
 
 from ._block import TurnBlock, turn_block
 from ._checks import kind, optional, seconds
-from ._nursery import background_nursery
-from .errors import ConfigurationError, CucaError, DeadlineExceeded
+from .errors import ConfigurationError
 from .plugins import CucaPlugin
 from .stream import Completion, ResponseStream, collect
-from .turn import TurnState
 from .types import ModelInfo, ProviderEndpoint, TokenCount, UnifiedRequest, UnifiedResponse
 
 if TYPE_CHECKING:
@@ -27,18 +24,18 @@ if TYPE_CHECKING:
     from cuca.batches import BatchJob, BatchPolling
     from cuca.batches.job import BatchBackend
     from cuca.engine.model import LocalModel
-    from cuca.providers.base import HttpRequest, ProviderAdapter
+    from cuca.providers.base import ProviderAdapter
     from cuca.routing.pool import Pool, PoolPolicy
-    from cuca.stages.http import Attempts
-    from cuca.stages.pipeline import Insertion, Pipeline
-    from cuca.stages.points import Point
+    from cuca.stages.pipeline import Pipeline
     from cuca.store import Store
     from cuca.tools.loop import ToolLoopOptions, ToolLoopStream
     from cuca.tools.tool import Tool
+    from cuca.turn import Insertion
 
-    from .admission import TurnAdmission, TurnGate, TurnReplay
-    from .observe import _Watch
+    from .admission import TurnGate, TurnReplay
+    from .backends import HttpBackend, LocalBackend
     from .retry import RetryPolicy
+    from .seams import BackendTurns
 
 __all__ = ["CucaClient", "PendingResponse", "Timeouts"]
 
@@ -122,24 +119,6 @@ def _checked_headers(headers: object, provider: ProviderEndpoint) -> dict[str, s
     if headers and provider == ProviderEndpoint.LOCAL:
         raise ConfigurationError("headers= is for HTTP providers: the local engine sends none")
     return dict(headers)
-
-
-def _merged_headers(client: Mapping[str, str], turn: Mapping[str, str]) -> dict[str, str]:
-    """The client's extra headers, then the turn's: a name given for the turn (in any
-    case) replaces the client's."""
-    names = {name.lower() for name in turn}
-    return {**{k: v for k, v in client.items() if k.lower() not in names}, **turn}
-
-
-def _encoder(
-    encode: Callable[[UnifiedRequest], HttpRequest], headers: Mapping[str, str]
-) -> Callable[[UnifiedRequest], HttpRequest]:
-    """The adapter's ``encode``, the extra headers added to what it builds."""
-    if not headers:
-        return encode
-    from cuca.providers.base import with_headers
-
-    return lambda request: with_headers(encode(request), headers)
 
 
 def _require_trio() -> None:
@@ -244,44 +223,76 @@ class CucaClient:
         self.headers = _checked_headers(headers, provider)
         self.retry = retry if retry is not None else RetryPolicy()
         self.fused = fused
-        self._own_http = http_client is None
-        self._http = http_client
-        self._adapter: ProviderAdapter | None = None
-        self._closed = False
         self.rate_limiter = rate_limiter
         self._gates, self._replay = _admitters(rate_limiter, self.plugins)
-        self._endpoint = self.base_url if urls is None else " ".join(urls)
-        self._pool = None if urls is None else self._new_pool(urls, pool)
+        endpoint = " ".join(urls) if urls is not None else self.base_url
+        self._backend = self._new_backend(http_client, endpoint)
+        self._turns = self._over(self._backend)
+        self._pool = None if urls is None else self._new_pool(urls, pool, endpoint)
 
-    def _new_pool(self, urls: tuple[str, ...], policy: PoolPolicy | None) -> Pool:
-        """The pool of ``base_url=[...]``: a client per server, without retries of its
-        own (a failed attempt moves to another server; ``policy.attempts`` bounds them)."""
+    def _new_backend(
+        self, http: httpx.AsyncClient | None, endpoint: str | None
+    ) -> HttpBackend | LocalBackend:
+        """The backend the client's turns run on: the local engine, or the provider's
+        adapter over one connection pool."""
+        from .backends import HttpBackend, LocalBackend
+
+        if self.provider == ProviderEndpoint.LOCAL:
+            return LocalBackend(self.local_model, self.provider_config)
+        from cuca.providers.base import ClientSettings
+
+        settings = ClientSettings(self.provider, self.base_url, self._api_key, self.provider_config)
+        return HttpBackend(
+            settings,
+            headers=self.headers,
+            retry=self.retry,
+            timeout=self.timeouts.httpx(),
+            http=http,
+            endpoint=endpoint,
+        )
+
+    def _over(self, backend: HttpBackend | LocalBackend) -> BackendTurns:
+        from .seams import BackendTurns
+
+        return BackendTurns(
+            backend,
+            plugins=self.plugins,
+            gates=self._gates,
+            replay=self._replay,
+            stages=self.stages,
+            fused=self.fused,
+            total=self.timeouts.total,
+        )
+
+    def _new_pool(
+        self, urls: tuple[str, ...], policy: PoolPolicy | None, endpoint: str | None
+    ) -> Pool:
+        """The pool of ``base_url=[...]``: the turns of one backend per server, sharing
+        the connections, without retries of their own (a failed attempt moves to
+        another server; ``policy.attempts`` bounds them); a cached answer serves the
+        whole pool (``endpoint``: every URL)."""
+        from cuca.providers.base import ClientSettings
         from cuca.routing.pool import Pool, PoolPolicy
 
+        from .backends import HttpBackend
         from .retry import RetryPolicy
 
         if not urls or self.provider == ProviderEndpoint.LOCAL:
             raise ConfigurationError("a pool needs one base URL or more, on an HTTP provider")
+        assert isinstance(self._backend, HttpBackend)
+        http = self._backend.http()  # created now: every member shares its connections
 
-        http = self._http_client()  # created now: every member shares its connections
-
-        def member(url: str) -> CucaClient:
-            client = CucaClient(
-                self.provider,
-                base_url=url,
-                api_key=self._api_key or "",  # what the pool resolved, env included
-                plugins=self.plugins,
-                timeout=self.timeouts,
-                provider_config=self.provider_config,
-                stages=self.stages,
-                http_client=http,
-                retry=RetryPolicy.never(),
-                rate_limiter=self.rate_limiter,
-                fused=self.fused,
+        def member(url: str) -> BackendTurns:
+            settings = ClientSettings(self.provider, url, self._api_key, self.provider_config)
+            backend = HttpBackend(
+                settings,
                 headers=self.headers,
+                retry=RetryPolicy.never(),
+                timeout=self.timeouts.httpx(),
+                http=http,
+                endpoint=endpoint,
             )
-            client._endpoint = self._endpoint  # a cached answer serves the whole pool
-            return client
+            return self._over(backend)
 
         return Pool(urls, policy or PoolPolicy(), member)
 
@@ -300,110 +311,32 @@ class CucaClient:
 
     async def aclose(self) -> None:
         """Close the connection pool (if the client created it)."""
-        self._closed = True
         if self._pool is not None:
             for member in self._pool.clients:
                 await member.aclose()
-        if self._http is not None and self._own_http:
-            await self._http.aclose()
-        self._http = None
-
-    # -- building a turn --------------------------------------------------------------
-
-    def _http_client(self) -> httpx.AsyncClient:
-        if self._closed:
-            raise ConfigurationError("the client is closed")
-        if self._http is None:
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-            # trust_env=False: the library reads no environment variable (no proxy
-            # settings, no .netrc); pass http_client= to choose otherwise
-            self._http = httpx.AsyncClient(
-                timeout=self.timeouts.httpx(), limits=limits, trust_env=False
-            )
-        return self._http
+        await self._backend.aclose()
 
     def adapter(self) -> ProviderAdapter:
         """The provider adapter this client dispatches to (resolved once)."""
-        if self._adapter is None:
-            from cuca.providers.base import ClientSettings
-            from cuca.providers.registry import adapter_for
+        from .backends import HttpBackend
 
-            settings = ClientSettings(
-                provider=self.provider,
-                base_url=self.base_url,
-                api_key=self._api_key,
-                provider_config=self.provider_config,
-            )
-            self._adapter = adapter_for(settings)
-        return self._adapter
+        if not isinstance(self._backend, HttpBackend):
+            raise ConfigurationError("the local engine has no provider adapter")
+        return self._backend.adapter()
 
     def pipeline(
         self,
         stages: Sequence[Insertion[Any]] = (),
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
-        attempts: Attempts | None = None,
     ) -> Pipeline:
         """The pipeline of one turn: a stage for each point of the HTTP or the local
         table (:mod:`cuca.stages.points`), plus the user's insertions. ``headers`` are
-        the turn's own extra headers, over the client's; ``attempts`` sees every
-        attempt of the request (the turn's gates)."""
-        from cuca.stages.pipeline import NamedStage, Pipeline
-        from cuca.stages.points import HTTP_PIPELINE, LOCAL_PIPELINE
+        the turn's own extra headers, over the client's."""
+        from .backends import TurnOptions
 
-        if self.provider == ProviderEndpoint.LOCAL:
-            if self.local_model is None:
-                raise ConfigurationError("the local provider requires local_model=LocalModel")
-            from cuca.providers.registry import check_provider_config
-
-            check_provider_config(self.provider, self.provider_config)
-            table, built = LOCAL_PIPELINE, self._local_stages()
-        else:
-            extra = _merged_headers(self.headers, _checked_headers(headers, self.provider))
-            built = self._http_stages(retry or self.retry, extra, attempts)
-            table = HTTP_PIPELINE
-        stages_ = [NamedStage(point.name, built[point]) for point in table]
-        return Pipeline(stages_).extended([*self.stages, *stages])
-
-    def _hook_stages(self) -> dict[Point[Any, Any], Any]:
-        from cuca.stages.hooks import chunk_hooks_stage, request_hooks_stage
-        from cuca.stages.points import CHUNK_HOOKS, REQUEST_HOOKS
-
-        return {
-            REQUEST_HOOKS: request_hooks_stage(self.plugins),
-            CHUNK_HOOKS: chunk_hooks_stage(self.plugins),
-        }
-
-    def _http_stages(
-        self, retry: RetryPolicy, headers: Mapping[str, str], attempts: Attempts | None = None
-    ) -> dict[Point[Any, Any], Any]:
-        from cuca.stages.http import (
-            decode_stage,
-            encode_stage,
-            openings,
-            sse_stage,
-            transport_stage,
-        )
-        from cuca.stages.points import DECODE, ENCODE, SSE_PARSE, TRANSPORT
-
-        adapter = self.adapter()
-        http = self._http_client()
-        opening = openings(adapter.new_framer, adapter.new_decoder)
-        return {
-            **self._hook_stages(),
-            ENCODE: encode_stage(_encoder(adapter.encode, headers)),
-            TRANSPORT: transport_stage(http, adapter.status_error, retry, opening, attempts),
-            SSE_PARSE: sse_stage(adapter.new_framer),
-            DECODE: decode_stage(adapter.new_decoder, self.base_url),
-        }
-
-    def _local_stages(self) -> dict[Point[Any, Any], Any]:
-        from cuca.engine.worker import turn_stages
-        from cuca.stages.points import ENGINE, OUTPUT_PARSE
-
-        assert self.local_model is not None
-        engine, output_parse = turn_stages(self.local_model)
-        return {**self._hook_stages(), ENGINE: engine, OUTPUT_PARSE: output_parse}
+        turn_headers = _checked_headers(headers, self.provider)
+        return self._turns.pipeline(stages, TurnOptions(retry, turn_headers))
 
     # -- running a turn ---------------------------------------------------------------
 
@@ -426,74 +359,25 @@ class CucaClient:
 
         It is an ``async with`` block: ``async for`` straight on it is a
         ``ConfigurationError`` saying so."""
-        from cuca.observe import watched
-
         _require_trio()
         if not isinstance(request, UnifiedRequest):
             raise ConfigurationError(f"a turn takes a UnifiedRequest, not {kind(request)}")
+        turn_headers = _checked_headers(headers, self.provider)
         if self._pool is not None:
             if retry is not None:
                 raise ConfigurationError("a pool retries on its other servers: see PoolPolicy")
             if fused is not None:
                 raise ConfigurationError("a pool's turns run as its client's: set fused there")
-            pooled = self._pool.generate_stream(request, stages=stages, headers=headers)
+            pooled = self._pool.generate_stream(request, stages=stages, headers=turn_headers)
             async with pooled as stream:
                 yield stream
             return
         request = attrs.evolve(request, provider=self.provider)
-        state = TurnState()
-        admission = self._admission()
-        if admission is not None:
-            http = self.provider != ProviderEndpoint.LOCAL
-            stages = (*stages, *admission.insertions(http))
-        built = self.pipeline(stages, retry, headers, admission)
-        pipeline, watch = watched(built, self.plugins, request)
-        fused = self.fused if fused is None else fused
-        background, puller = pipeline.start(state, request, fused=fused)
-        deadline = None
-        if self.timeouts.total is not None:
-            total = self.timeouts.total
-            late = DeadlineExceeded(f"timed out: the turn exceeded its {total} s deadline")
-            deadline = (trio.current_time() + total, late)
-            puller.set_deadline(*deadline)
-        on_end = None
-        if watch is not None or admission is not None:
-            on_end = partial(_ended, state, admission, watch, lambda: stream)
-        stream = ResponseStream(puller, state, request, on_end)
-        failed = False
-        try:
-            async with background_nursery() as nursery:
-                nursery.start_soon(_run, background, state, deadline)
-                try:
-                    yield stream
-                finally:
-                    await stream._close()
-        except BaseException:
-            failed = True
-            raise
-        finally:
-            if admission is not None:
-                await admission.settle(state, stream)  # settled at the end already, mostly
-                if admission.failure is not None and not failed:
-                    raise admission.failure
-
-    def _admission(self) -> TurnAdmission | None:
-        """The gates and the replay of one turn, or ``None`` when the client has none."""
-        if not self._gates and self._replay is None:
-            return None
-        from .admission import TurnAdmission
-
-        return TurnAdmission(self._gates, self._replay, self._endpoint, self._count)
-
-    async def _count(self, request: UnifiedRequest) -> int:
-        """The prompt tokens of a turn's request for its gates: :meth:`count_tokens`,
-        else (a backend that cannot count, or failed to) the text-length estimate."""
-        from .admission import estimate_tokens
-
-        try:
-            return (await self.count_tokens(request)).tokens
-        except CucaError:
-            return estimate_tokens(request)
+        opened = self._turns.generate_stream(
+            request, stages=stages, retry=retry, fused=fused, headers=turn_headers
+        )
+        async with opened as stream:
+            yield stream
 
     @turn_block("client.generate_stream_with_response(request)")
     @asynccontextmanager
@@ -554,41 +438,13 @@ class CucaClient:
         (``countTokens``); an estimate with tiktoken for the OpenAI family
         (``exact=False``). See docs/context.md.
         """
-        request = attrs.evolve(request, provider=self.provider)
-        if self.provider == ProviderEndpoint.LOCAL:
-            model = self._local()
-            tokens = await trio.to_thread.run_sync(model.tokenize_prompt, request)
-            return TokenCount(len(tokens), exact=True, method="local engine")
-        return await self.adapter().count_tokens(request, self._request_json)
+        return await self._backend.count_tokens(attrs.evolve(request, provider=self.provider))
 
     async def model_info(self, model: str = "") -> ModelInfo:
         """How large ``model``'s window is on this client's backend: the loaded ``n_ctx``
         (local engine), llama-server's ``/props``, else genai-prices' model data; figures
         nothing gives are ``None``."""
-        if self.provider == ProviderEndpoint.LOCAL:
-            local = self._local()
-            name = model or local.path.name
-            return ModelInfo(
-                name, local.n_ctx, trained_context=local.trained_context, source="local engine"
-            )
-        found = await self.adapter().model_info(model, self._request_json)
-        if found is not None:
-            return found
-        from .cost import model_window
-
-        return model_window(self.provider, model)
-
-    def _local(self) -> LocalModel:
-        if self.local_model is None:
-            raise ConfigurationError("the local provider requires local_model=LocalModel")
-        return self.local_model
-
-    async def _request_json(self, wire: HttpRequest) -> Any:
-        from cuca.providers.base import with_headers
-        from cuca.stages.probe import request_json
-
-        wire = with_headers(wire, self.headers)
-        return await request_json(self._http_client(), wire, self.adapter().status_error)
+        return await self._backend.model_info(model)
 
     def run_tools(
         self,
@@ -646,15 +502,16 @@ class CucaClient:
         """Where this client's batches run: the wire's batch format, or the engine."""
         if self._pool is not None:
             raise ConfigurationError("a batch goes to one server: not to a pool of base URLs")
-        if self.provider == ProviderEndpoint.LOCAL:
-            from cuca.batches.local import LocalBatches
-
-            return LocalBatches(self.generate, self._local().n_seq)
+        from cuca.batches.local import LocalBatches
         from cuca.batches.wire import WireBatches
-        from cuca.stages.probe import request_call
 
-        adapter = self.adapter()
-        http, error = self._http_client(), adapter.status_error
+        from .backends import HttpBackend, request_call
+
+        backend = self._backend
+        if not isinstance(backend, HttpBackend):
+            return LocalBatches(self.generate, backend.local().n_seq)
+        adapter = backend.adapter()
+        http, error = backend.http(), adapter.status_error
         send = partial(request_call, http, status_error=error, headers=self.headers)
         return WireBatches(self.provider, adapter.batch_wire(), send, self.plugins)
 
@@ -676,50 +533,3 @@ def _admitters(
             f"rate_limiter must be a cuca.RateLimiter (a TurnGate), not {kind(limiter)}"
         )
     return tuple(gates), replay
-
-
-async def _ended(
-    state: TurnState,
-    admission: TurnAdmission | None,
-    watch: _Watch | None,
-    stream: Callable[[], ResponseStream],
-    cancelled: bool,
-) -> None:
-    """The turn has ended (or its consumer left): settle its gates, then tell its
-    observers the budget warnings their charge crossed and how the turn ended."""
-    try:
-        if admission is not None:
-            await admission.settle(state, stream())
-    finally:
-        if watch is not None:
-            warnings = admission.warnings if admission is not None else ()
-            watch.finish(state, cancelled, warnings)
-
-
-async def _run(
-    background: Callable[[], Awaitable[None]] | None,
-    state: TurnState,
-    deadline: tuple[float, Exception] | None,
-) -> None:
-    """Run the tasks of a turn (those its consumer's task does not run), within its
-    deadline; then let the consumer see that they have ended. At the deadline the error
-    is recorded before the tasks are cancelled, so none takes the cancellation for the
-    end of its input."""
-    try:
-        if background is None:
-            return
-        if deadline is None:
-            await background()
-            return
-        async with trio.open_nursery() as nursery:
-
-            async def expire() -> None:
-                await trio.sleep_until(deadline[0])
-                state.fail(deadline[1])
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(expire)
-            await background()
-            nursery.cancel_scope.cancel()
-    finally:
-        state.finished.set()

@@ -1,17 +1,18 @@
-"""Turn observers at work: the stages that show a plugin's :class:`~cuca.TurnObserver`
-a whole turn from outside, without changing it.
+"""Turn observers at work: a plugin's :class:`~cuca.TurnObserver` sees a whole turn from
+outside, without changing it.
 
 A plugin that overrides :meth:`CucaPlugin.observe` gets, for each turn, an observer that
 sees the request as sent, the raw response bytes (HTTP turns, when it asks for them),
 every item the consumer receives (blocks and error items) and how the turn ended: with a
 response, an error, or cancelled. The session log and the trace plugin are observers.
 
-Small stages do the watching, placed around the built-in ones: one after
-``request_hooks`` (the turn starts), one after ``transport`` (raw bytes, HTTP turns, only
-when a plugin sets ``observes_raw``) and one at the very end (items, and the turn's
-``EndOfTurn``). The client tells the observers how the turn ended once every stage has
-ended, before the consumer sees the end of the stream. A turn without observing plugins
-gets none.
+No stage does the watching: a :class:`Watch` meets the turn at its seams
+(:mod:`cuca.seams`). *Before* the pipeline starts it creates the observers for the
+request as the hooks left it; *during* it, the transport's output is tapped for raw
+bytes (HTTP turns, only when a plugin sets ``observes_raw``) and the consumer's stream
+shows it every batch it receives; *after* the turn, once every stage has ended and
+before the consumer sees the end of the stream, it tells the observers how the turn
+ended. A turn without observing plugins has no watch.
 Observer methods are synchronous and should be quick: they run inside the turn. One that
 raises ends the turn with a :class:`~cuca.errors.PluginError`.
 """
@@ -20,21 +21,17 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import PluginError
 from .plugins import BudgetWarning, CucaPlugin, TurnObserver, TurnOutcome, overrides
-from .turn import EndOfTurn, TurnState, split_end
+from .turn import EndOfTurn, TurnState
 from .types import UnifiedRequest
 
-if TYPE_CHECKING:
-    from cuca.stages.pipeline import Pipeline
-    from cuca.stages.stage import Transform
-
-__all__ = ["watched"]
+__all__ = ["Watch", "watch"]
 
 
-class _Watch:
+class Watch:
     """The observers of one turn, created when the request leaves the request hooks.
     An observer that raises is reported under its plugin's name.
 
@@ -47,8 +44,32 @@ class _Watch:
         self.context = contextvars.copy_context()
         self.request = request  # as given, until the request hooks have run
         self.observers: list[tuple[str, TurnObserver]] | None = None
-        self.raw: list[tuple[str, TurnObserver]] = []
+        self.raw_observers: list[tuple[str, TurnObserver]] = []
         self.end_of_turn: EndOfTurn | None = None
+
+    @property
+    def wants_raw(self) -> bool:
+        """Whether a plugin asked for the raw response bytes."""
+        return any(plugin.observes_raw for plugin in self.plugins)
+
+    def raw(self, batch: Sequence[Any]) -> None:
+        """A tap on the transport's output: its bytes to every observer that asked."""
+        chunks = [chunk for chunk in batch if isinstance(chunk, bytes)]
+        for name, observer in self.raw_observers if chunks else ():
+            try:
+                observer.on_raw(chunks)
+            except Exception as exc:
+                raise PluginError.hook_failed(name, "on_raw", exc) from exc
+
+    def items(self, items: Sequence[Any], end: EndOfTurn | None) -> None:
+        """What the consumer receives, batch by batch, and the turn's end."""
+        if end is not None:
+            self.end_of_turn = end
+        for name, observer in self.start(self.request) if items else ():
+            try:
+                observer.on_items(items)
+            except Exception as exc:
+                raise PluginError.hook_failed(name, "on_items", exc) from exc
 
     def start(self, request: UnifiedRequest) -> list[tuple[str, TurnObserver]]:
         if self.observers is None:
@@ -60,7 +81,7 @@ class _Watch:
                     raise PluginError.hook_failed(plugin.name, "observe", exc) from exc
                 if observer is not None:
                     self.observers.append((plugin.name, observer))
-            self.raw = [pair for pair in self.observers if pair[1].raw]
+            self.raw_observers = [pair for pair in self.observers if pair[1].raw]
             if request.compaction is not None:
                 for name, observer in self.observers:
                     try:
@@ -96,72 +117,7 @@ class _Watch:
             state.fail(failure)
 
 
-def _starting(watch: _Watch) -> Transform[Any, Any]:
-    from .stages.stage import Transform, Transformer
-
-    class ObserveStart(Transformer[Any, Any]):
-        async def feed(self, batch: Sequence[Any], /) -> Sequence[Any]:
-            for request in batch:
-                watch.request = request
-                watch.start(request)
-            return batch
-
-    return Transform(ObserveStart)
-
-
-def _raw_tap(watch: _Watch) -> Transform[Any, Any]:
-    from .stages.stage import Transform, Transformer
-
-    class ObserveRaw(Transformer[Any, Any]):
-        async def feed(self, batch: Sequence[Any], /) -> Sequence[Any]:
-            chunks = [chunk for chunk in batch if isinstance(chunk, bytes)]
-            for name, observer in watch.raw if chunks else ():
-                try:
-                    observer.on_raw(chunks)
-                except Exception as exc:
-                    raise PluginError.hook_failed(name, "on_raw", exc) from exc
-            return batch
-
-    return Transform(ObserveRaw)
-
-
-def _ending(watch: _Watch) -> Transform[Any, Any]:
-    from .stages.stage import Transform, Transformer
-
-    class ObserveItems(Transformer[Any, Any]):
-        async def feed(self, batch: Sequence[Any], /) -> Sequence[Any]:
-            items, end = split_end(batch)
-            if end is not None:
-                watch.end_of_turn = end
-            for name, observer in watch.start(watch.request) if items else ():
-                try:
-                    observer.on_items(items)
-                except Exception as exc:
-                    raise PluginError.hook_failed(name, "on_items", exc) from exc
-            return batch
-
-    return Transform(ObserveItems)
-
-
-def _after(pipeline: Pipeline, point: str, name: str, stage: Transform[Any, Any]) -> Pipeline:
-    """``pipeline`` with the built-in-like ``stage`` right after ``point``: fused, it
-    runs with its neighbours (no channel hop), unlike a user's actor."""
-    from .stages.pipeline import NamedStage
-
-    return pipeline.placed(pipeline.names.index(point) + 1, NamedStage(name, stage))
-
-
-def watched(
-    pipeline: Pipeline, plugins: Sequence[CucaPlugin], request: UnifiedRequest
-) -> tuple[Pipeline, _Watch | None]:
-    """``pipeline`` with the observing stages added, when a plugin observes turns, and
-    the watch whose ``finish`` the client calls at the end of the turn."""
+def watch(plugins: Sequence[CucaPlugin], request: UnifiedRequest) -> Watch | None:
+    """The watch of one turn, or ``None`` when no plugin observes turns."""
     observing = [p for p in plugins if overrides(p, "observe")]
-    if not observing:
-        return pipeline, None
-    watch = _Watch(observing, request)
-    last = pipeline.names[-1]
-    pipeline = _after(pipeline, "request_hooks", "observe_start", _starting(watch))
-    if "transport" in pipeline.names and any(p.observes_raw for p in observing):
-        pipeline = _after(pipeline, "transport", "observe_raw", _raw_tap(watch))
-    return _after(pipeline, last, "observe_items", _ending(watch)), watch
+    return Watch(observing, request) if observing else None

@@ -38,8 +38,9 @@ class ResponseStream:
     a fused turn, the last stages run in the task that iterates it. ``on_end(cancelled)`` is
     awaited once, when the turn has ended, before the consumer sees the end (or when it
     left early: the client then calls ``_close``); ``response`` is set by then when the
-    turn ended cleanly (the client settles the turn's gates there, then tells its
-    observers).
+    turn ended cleanly (the turn's *after* seam: its gates settled, then its observers
+    told). ``on_items(items, end)`` sees every batch as the consumer receives it (the
+    turn's observers, :mod:`cuca.seams`); one that raises ends the turn with its error.
     """
 
     def __init__(
@@ -48,9 +49,11 @@ class ResponseStream:
         state: TurnState,
         request: UnifiedRequest,
         on_end: Callable[[bool], Awaitable[None]] | None = None,
+        on_items: Callable[[Sequence[Item], EndOfTurn | None], None] | None = None,
     ) -> None:
         self._puller = puller
         self._on_end = on_end
+        self._on_items = on_items
         self._state = state
         self._request = request
         self._end: EndOfTurn | None = None
@@ -112,6 +115,14 @@ class ResponseStream:
         if end is not None:
             self._end = end
         self._index = 0
+        if self._on_items is not None:
+            try:
+                self._on_items(self._batch, end)
+            except Exception as exc:  # an observer failed: the turn ends with its error
+                self._state.fail(exc)
+                self._batch = ()
+                await self._puller.aclose()
+                return
         self._assembler.feed(self._batch)
 
     async def _finish(self) -> None:

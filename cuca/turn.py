@@ -6,8 +6,8 @@ Everything else a turn knows travels through its channels as items (see
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, TypeAlias
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import attrs
 import trio
@@ -15,10 +15,46 @@ import trio
 from .errors import CucaError
 from .types import Block, TurnSummary, UnifiedRequest, UnifiedResponse
 
-__all__ = ["EndOfTurn", "Item", "TurnState", "split_end"]
+__all__ = [
+    "AttemptHead",
+    "EndOfTurn",
+    "Insertion",
+    "Item",
+    "RateLimitHint",
+    "Stage",
+    "TurnState",
+    "split_end",
+]
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+T = TypeVar("T")
 
 Item: TypeAlias = Block | CucaError
 """What a turn yields: a block, or an error that did not end the turn."""
+
+
+Stage: TypeAlias = Callable[
+    [trio.MemoryReceiveChannel[Sequence[In]], trio.MemorySendChannel[Sequence[Out]]],
+    Awaitable[None],
+]
+"""A user stage, an actor: reads batches (lists) of ``In`` items from one channel, writes
+batches of ``Out`` items to the next, and closes its send channel when its input ends. A
+batch is what one network read (or one engine wake-up) produced, so the per-hop cost is
+paid per read, not per token."""
+
+
+@attrs.frozen
+class Insertion(Generic[T]):
+    """A user's stage, to be placed just ``before`` or just ``after`` a named point;
+    ``T`` is the type of the items it reads and writes (made by
+    :func:`cuca.stages.after` and :func:`cuca.stages.before`; here, on the turn's own
+    floor, so that what passes a turn's stages on names it without the stages)."""
+
+    stage: Stage[T, T]
+    point: str
+    where: str = "after"
+    name: str = "custom"
 
 
 class TurnState:
@@ -63,6 +99,33 @@ class EndOfTurn:
             cached=self.cached,
             compaction=self.request.compaction,
         )
+
+
+@attrs.frozen
+class RateLimitHint:
+    """What a response's rate-limit headers say, as the backend's adapter reads them (each
+    wire knows its vendor's headers; a rate limiter reads only this): ``pause`` is how
+    long, in seconds, every turn sharing the limiter should wait (``None``: no need);
+    ``remaining`` maps a limit (``"requests"``, ``"tokens"``, ``"input-tokens"``,
+    ``"output-tokens"``) to what is left of it, ``resets`` to the seconds until it is
+    whole again, ``limits`` to the whole limit (when the headers say)."""
+
+    pause: float | None
+    remaining: dict[str, int] = attrs.field(factory=dict)
+    resets: dict[str, float] = attrs.field(factory=dict)
+    limits: dict[str, int] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class AttemptHead:
+    """The head of one attempt's answer, as a turn's *during* seam shows it to the
+    turn's gates: every attempt's, a non-2xx one the retry absorbed or gave up on, and
+    the 2xx one. ``rate_limits`` is what its headers say about the server's limits
+    (``None``: nothing), read by the backend's adapter."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    rate_limits: RateLimitHint | None = None
 
 
 def split_end(batch: Sequence[Any]) -> tuple[Sequence[Any], EndOfTurn | None]:

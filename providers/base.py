@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import functools
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -28,7 +28,7 @@ from cuca.errors import (
 from cuca.stages.framing import JSON_BODY, JsonOrSse
 from cuca.stages.protocols import Framer, StreamDecoder
 from cuca.stages.sse import SseEvent, SseParser
-from cuca.turn import Item
+from cuca.turn import Item, RateLimitHint
 from cuca.types import (
     ModelInfo,
     OutputSchema,
@@ -184,6 +184,15 @@ class ProviderAdapter(abc.ABC):
                 status, body, message, limit=found.limit, requested=found.requested
             )
         return http_status_error(status, body, message, retry_after)
+
+    def rate_limits(self, headers: Sequence[tuple[str, str]]) -> RateLimitHint | None:
+        """What an answer's ``headers`` say about the server's rate limits (``None``:
+        nothing), for the turn's gates: OpenAI's ``x-ratelimit-*`` and Anthropic's
+        ``anthropic-ratelimit-*`` headers, and ``Retry-After``
+        (:mod:`~cuca.providers.ratelimit`)."""
+        from .ratelimit import rate_limit_hint
+
+        return rate_limit_hint(headers)
 
     async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
         """The prompt tokens of ``request`` as this vendor would count them, asking the

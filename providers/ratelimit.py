@@ -1,4 +1,5 @@
-"""The vendors' rate-limit headers, read into one hint for cuca's rate limiter.
+"""The vendors' rate-limit headers, read into one :class:`~cuca.turn.RateLimitHint` for
+cuca's rate limiter (through :meth:`ProviderAdapter.rate_limits`).
 
 OpenAI-style servers (OpenAI, vLLM, DeepSeek and others that copy them) send
 ``x-ratelimit-remaining-{requests,tokens}`` with ``x-ratelimit-reset-{requests,tokens}``
@@ -27,9 +28,8 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
-import attrs
-
 from cuca.retry import parse_retry_after
+from cuca.turn import RateLimitHint
 
 __all__ = ["RateLimitHint", "parse_duration", "rate_limit_hint"]
 
@@ -39,20 +39,6 @@ _LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
 _PACED_WHEN_OWED = ("tokens", "input-tokens")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-@attrs.frozen
-class RateLimitHint:
-    """What a response's headers say: ``pause`` is how long, in seconds, every turn
-    sharing the limiter should wait (``None``: no need); ``remaining`` maps a limit
-    (``"requests"``, ``"tokens"``, ...) to what is left of it, ``resets`` to the
-    seconds until it is whole again, ``limits`` to the whole limit (when the headers
-    say)."""
-
-    pause: float | None
-    remaining: dict[str, int] = attrs.field(factory=dict)
-    resets: dict[str, float] = attrs.field(factory=dict)
-    limits: dict[str, int] = attrs.field(factory=dict)
 
 
 def rate_limit_hint(

@@ -1,7 +1,8 @@
-"""The two plugin stages: request hooks at the start of a turn, chunk hooks at the end.
+"""The chunk hooks, the plugin stage at the end of a turn.
 
-Both only run hooks; with no plugin that overrides their hooks, they pass items on at
-no cost.
+It only runs hooks; with no plugin that overrides them, it passes items on at no cost.
+The request hooks are no stage: they run at the turn's *before* seam, where I/O is
+allowed (:mod:`cuca.seams`), and the ``request_hooks`` point passes their request on.
 """
 
 from __future__ import annotations
@@ -9,39 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cuca.errors import ContextOverflowError, CucaError, PluginError
+from cuca.errors import CucaError, PluginError
 from cuca.plugins import CucaPlugin, overrides
 from cuca.turn import EndOfTurn
-from cuca.types import UnifiedRequest
 
 from .stage import PASS, Transform, Transformer
 
-__all__ = ["chunk_hooks_stage", "request_hooks_stage"]
-
-
-def request_hooks_stage(plugins: Sequence[CucaPlugin]) -> Transform[UnifiedRequest, UnifiedRequest]:
-    """Run every plugin's ``on_request`` in order; an error aborts the turn."""
-    hooked = [p for p in plugins if overrides(p, "on_request")]
-    if not hooked:
-        return PASS
-
-    class RequestHooks(Transformer[UnifiedRequest, UnifiedRequest]):
-        async def feed(self, batch: Sequence[UnifiedRequest], /) -> list[UnifiedRequest]:
-            out: list[UnifiedRequest] = []
-            for request in batch:
-                for plugin in hooked:
-                    try:
-                        request = await plugin.on_request(request)
-                    except ContextOverflowError:
-                        raise  # a compactor that could not fit the request: the turn's error
-                    except Exception as exc:
-                        raise PluginError.hook_failed(plugin.name, "on_request", exc) from exc
-                    if not isinstance(request, UnifiedRequest):
-                        raise PluginError(plugin.name, "on_request must return a request")
-                out.append(request)
-            return out
-
-    return Transform(RequestHooks)
+__all__ = ["chunk_hooks_stage"]
 
 
 def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Transform[Any, Any]:

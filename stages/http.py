@@ -50,13 +50,14 @@ StatusError = Callable[[int, str, "float | None"], HttpStatusError]
 
 
 class Attempts(Protocol):
-    """Sees every attempt of a turn's request, not only the one passed on (the client's
-    gates: a rate limiter learns of a 429 the retry absorbed, and holds the resend back)."""
+    """Sees every attempt of a turn's request: the turn's *during* seam (its gates: a
+    rate limiter learns of a 429 the retry absorbed, holds the resend back, and reads
+    the rate-limit headers of the answer itself)."""
 
     async def answered(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        """An attempt's answer that is not passed on as the turn's head: a non-2xx
-        status (retried or not), or a 2xx sent again for an error in its stream; told
-        before the wait that follows it."""
+        """An attempt's head: a non-2xx status (retried or not; told before the wait
+        that follows it), a 2xx sent again for an error in its stream, and the 2xx one
+        passed on as the turn's head (told before it is)."""
         ...
 
     async def resending(self) -> None:
@@ -105,7 +106,7 @@ def transport_stage(
     Closed early, it hangs up first and then runs httpx's body iterator to its end (it
     ends at once, by an error): every async generator of httpx and httpcore under it
     finishes then, none is left for trio's finalizer to close in a task of its own.
-    ``attempts`` is told of every attempt not passed on, and of every resend.
+    ``attempts`` is told of every attempt's head, and of every resend.
     """
     policy = retry if retry is not None else RetryPolicy()
 
@@ -132,6 +133,8 @@ def transport_stage(
                         if failure is None:
                             wait = policy.resend_delay(probe.error, attempt)
                     if wait is None:  # this attempt is the answer
+                        if attempts is not None:
+                            await attempts.answered(head.status, head.headers)
                         yield [head]
                         for chunk in held:
                             yield [chunk]
@@ -388,11 +391,9 @@ def decode_stage(
             self.decoder: StreamDecoder | None = None
             self.request: UnifiedRequest | None = None
             self.drained = 0
-            self.received = False
 
         async def feed(self, batch: Sequence[ResponseHead | SseEvent], /) -> list[Any]:
             self._raise_held()
-            self.received = True
             decoder = self.decoder
             if decoder is not None and decoder.finished:
                 self.drained += 1
@@ -419,8 +420,6 @@ def decode_stage(
         async def end(self) -> list[Any]:
             self._raise_held()
             if self.decoder is None or self.request is None:
-                if not self.received:  # no request went out (a cache answered the turn)
-                    return []
                 raise StreamIncomplete("the response ended before it began")
             tail = self.decoder.close()
             return [*tail, EndOfTurn(self.request, self.decoder.summary(), endpoint)]
@@ -430,4 +429,4 @@ def decode_stage(
 
 transport_error = _transport_error
 """The :class:`TransportError` of the right kind for an httpx failure (also used by the
-calls outside a turn, :mod:`cuca.stages.probe`)."""
+calls outside a turn, :func:`cuca.backends.request_json`)."""

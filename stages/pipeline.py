@@ -19,12 +19,12 @@ actors.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import attrs
 
 from cuca.errors import ConfigurationError
-from cuca.turn import TurnState
+from cuca.turn import Insertion, TurnState
 
 from . import runner
 from .points import Point
@@ -42,17 +42,6 @@ class NamedStage:
 
     name: str
     run: Built | Stage[Any, Any]
-
-
-@attrs.frozen
-class Insertion(Generic[T]):
-    """A user's stage, to be placed just ``before`` or just ``after`` a named point;
-    ``T`` is the type of the items it reads and writes."""
-
-    stage: Stage[T, T]
-    point: str
-    where: str = "after"
-    name: str = "custom"
 
 
 @overload

@@ -94,7 +94,8 @@ REQUEST_HOOKS: Point[UnifiedRequest, UnifiedRequest] = Point(
     "request_hooks",
     "`UnifiedRequest`",
     "`UnifiedRequest`",
-    "every plugin's `on_request`, in registration order",
+    "the request as the turn's *before* seam left it (every plugin's `on_request`, "
+    "in registration order, ran before the pipeline started)",
     (UnifiedRequest,),
 )
 ENCODE: Point[UnifiedRequest, EncodedRequest] = Point(

@@ -12,25 +12,19 @@ consumer's pull or each as its own actor; none of them knows which.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
 from typing import Any, Generic, TypeAlias, TypeVar
 
 import attrs
-import trio
 
-__all__ = ["PASS", "Source", "Stage", "Transform", "Transformer"]
+from cuca.turn import Stage as Stage
+
+__all__ = ["PASS", "Source", "Stage", "Tap", "Transform", "Transformer", "tapped"]
 
 In = TypeVar("In")
 Out = TypeVar("Out")
 
-Stage: TypeAlias = Callable[
-    [trio.MemoryReceiveChannel[Sequence[In]], trio.MemorySendChannel[Sequence[Out]]],
-    Awaitable[None],
-]
-"""A user stage, an actor: reads batches (lists) of ``In`` items from one channel, writes
-batches of ``Out`` items to the next, and closes its send channel when its input ends. A
-batch is what one network read (or one engine wake-up) produced, so the per-hop cost is
-paid per read, not per token."""
 
 
 class Transformer(Generic[In, Out]):
@@ -76,3 +70,55 @@ class Source(Generic[In, Out]):
 
 Built: TypeAlias = Transform[Any, Any] | Source[Any, Any]
 """A built-in point's stage."""
+
+
+Tap: TypeAlias = Callable[[Sequence[Any]], None]
+"""Sees every batch a built-in point writes, in the point's own run: a turn's *during*
+seam (:mod:`cuca.seams`). Synchronous and quick; one that raises ends the turn."""
+
+
+class _Tapped(Transformer[Any, Any]):
+    """A point's transformer whose output ``tap`` sees."""
+
+    def __init__(self, inner: Transformer[Any, Any], tap: Tap) -> None:
+        self.inner = inner
+        self.tap = tap
+
+    @property
+    def done(self) -> bool:  # type: ignore[override]
+        return self.inner.done
+
+    async def feed(self, batch: Sequence[Any], /) -> Sequence[Any]:
+        out = await self.inner.feed(batch)
+        if out:
+            self.tap(out)
+        return out
+
+    async def end(self) -> Sequence[Any]:
+        out = await self.inner.end()
+        if out:
+            self.tap(out)
+        return out
+
+
+class _Passing(Transformer[Any, Any]):
+    async def feed(self, batch: Sequence[Any], /) -> Sequence[Any]:
+        return batch
+
+
+def tapped(stage: Built, tap: Tap) -> Built:
+    """``stage`` with ``tap`` called on every batch it writes: in the point's own run
+    (fused with its neighbours, or its own task as an actor), never a stage or a task of
+    its own."""
+    if isinstance(stage, Source):
+        opened = stage.open
+
+        async def open_tapped(batch: Sequence[Any]) -> AsyncGenerator[Sequence[Any], None]:
+            async with aclosing(opened(batch)) as batches:
+                async for out in batches:
+                    tap(out)
+                    yield out
+
+        return Source(open_tapped)
+    new = stage.new if stage.new is not None else _Passing
+    return Transform(lambda: _Tapped(new(), tap))

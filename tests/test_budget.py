@@ -95,14 +95,15 @@ async def test_budget_and_limiter_count_a_turn_once() -> None:
         async with CucaClient(OPENAI, base_url=f"{server.url}/v1", api_key="k",
                               rate_limiter=limiter, plugins=[Budget(tokens=10**6)]) as c:
             counted = 0
-            count_tokens = c.count_tokens
+            adapter = c.adapter()  # what the turn's backend counts with
+            count_tokens = adapter.count_tokens
 
-            async def counting(request: UnifiedRequest) -> Any:
+            async def counting(request: UnifiedRequest, send: Any) -> Any:
                 nonlocal counted
                 counted += 1
-                return await count_tokens(request)
+                return await count_tokens(request, send)
 
-            c.count_tokens = counting  # type: ignore[method-assign]
+            adapter.count_tokens = counting  # type: ignore[method-assign]
             await c.generate(REQUEST)
     assert counted == 1, f"one turn was counted {counted} times"
 

@@ -411,3 +411,23 @@ async def test_compactor_overflow_fails_the_turn_with_context_overflow_error() -
                 with pytest.raises(ContextOverflowError, match="could not fit the request in 100"):
                     await client.generate(request)
     assert server.requests == []  # nothing was sent
+
+
+async def test_compactor_without_a_counter_counts_with_its_clients_backend() -> None:
+    """``plugins=[Compactor(budget=120)]`` alone: the turn's *before* seam gives the
+    compactor the client's own backend to count with, no second client."""
+    request = tool_conversation(6)
+    async with open_replay_server(Reply(transcript("openai/text"))) as server:
+        plugins = [Compactor(budget=120)]
+        async with CucaClient(
+            ProviderEndpoint.OPENAI, base_url=server.url, api_key="k", plugins=plugins
+        ) as client:
+            done = await client.generate(request)
+    report = done.response.compaction
+    assert report is not None and report.tokens_before > 120 >= report.tokens_after
+    assert len(server.requests[0].json()["messages"]) < len(request.messages)
+
+
+async def test_compactor_without_a_counter_called_by_hand_says_what_it_needs() -> None:
+    with pytest.raises(ConfigurationError, match="counts with its client's backend"):
+        await Compactor(budget=50).on_request(UnifiedRequest.new("m").add_user_message("hi"))

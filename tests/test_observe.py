@@ -19,7 +19,7 @@ from cuca import (
     TurnOutcome,
     UnifiedRequest,
 )
-from cuca.stages import after, map_items
+from cuca.stages import HTTP_POINTS, after, map_items
 from cuca.testing import Reply, open_replay_server
 
 TEXT = transcript("openai/text")
@@ -123,18 +123,12 @@ async def test_observer_sees_the_error_that_ended_a_turn() -> None:
     assert end.status == "error" and end.error is raised.value and end.response is None
 
 
-async def test_observer_stages_are_placed_only_where_needed() -> None:
-    """No observing plugin, no extra stage; the raw tap only for a plugin that asks."""
-    from cuca.observe import watched
+def test_observers_add_no_stage() -> None:
+    """Observers meet a turn at its seams, never as stages: a client with observing
+    plugins (one asking for raw bytes too) runs the same pipeline as a plain one (the
+    raw bytes reach only a plugin that asks: test_observer_without_raw_gets_no_bytes)."""
 
     def names(*plugins: CucaPlugin) -> tuple[str, ...]:
-        client = CucaClient(ProviderEndpoint.OPENAI, api_key="k", plugins=plugins)
-        pipeline, _ = watched(client.pipeline(), plugins, UnifiedRequest.new("m"))
-        return pipeline.names
+        return CucaClient(ProviderEndpoint.OPENAI, api_key="k", plugins=plugins).pipeline().names
 
-    assert not any(n.startswith("observe") for n in names(Tag()))
-    plain = names(Watcher())
-    assert plain[1] == "observe_start" and plain[-1] == "observe_items"
-    assert "observe_raw" not in plain
-    raw = names(Watcher(raw=True))
-    assert raw[raw.index("transport") + 1] == "observe_raw"
+    assert names(Tag()) == names(Watcher()) == names(Watcher(raw=True)) == HTTP_POINTS

@@ -40,6 +40,7 @@ from cuca.retry import RetryPolicy as Policy
 from cuca.stages.opening import Opening
 from cuca.stages.sse import SseEvent
 from cuca.testing import Reply, open_replay_server
+from cuca.turn import AttemptHead
 
 JSON = [("content-type", "application/json")]
 
@@ -559,8 +560,8 @@ class _Watcher(CucaPlugin):
         watcher = self
 
         class Ticket:
-            async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-                watcher.heads.append(status)
+            async def on_head(self, head: AttemptHead) -> None:
+                watcher.heads.append(head.status)
 
             async def settle(self, end: TurnOutcome) -> None:
                 watcher.settled.append(end.status)

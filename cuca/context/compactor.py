@@ -41,10 +41,11 @@ class Compactor(CucaPlugin):
     """A plugin whose ``on_request`` shortens a request that does not fit ``budget``.
 
     ``budget`` is a number of prompt tokens (an ``int``), or a fraction of the model's
-    window (a ``float`` in (0, 1], the window from ``counter.model_info``). ``counter``
-    counts (``count_tokens``) and knows the window (``model_info``): a client of the
-    same backend (counting runs no plugin, so a plain client beside the one the
-    compactor is a plugin of; or that client itself, set as ``compactor.counter``).
+    window (a ``float`` in (0, 1], the window from ``model_info``). As a client's
+    plugin it counts with the turn's own backend (``count_tokens``, ``model_info``):
+    ``plugins=[Compactor(budget=400)]`` is all it takes. ``counter`` counts in its
+    place when given (any client, or an object with those two methods), and is needed
+    to call :meth:`on_request` by hand.
     ``strategies`` run in order until the request fits (default: clear old tool
     results, clamp oversized messages, drop the oldest turns).
     ``headroom`` is the share of the budget a compaction leaves free (0.25: down to 75%
@@ -60,7 +61,7 @@ class Compactor(CucaPlugin):
 
     def __init__(
         self,
-        counter: TokenCounter,
+        counter: TokenCounter | None = None,
         *,
         budget: int | float,
         strategies: Sequence[Strategy] | None = None,
@@ -78,12 +79,13 @@ class Compactor(CucaPlugin):
         self.strategies = list(strategies) if strategies is not None else _default_strategies()
         self._windows: dict[str, int] = {}
 
-    async def tokens_for(self, model: str) -> int:
-        """The budget in tokens for ``model``."""
+    async def tokens_for(self, model: str, counter: TokenCounter | None = None) -> int:
+        """The budget in tokens for ``model`` (its window from ``counter``, else the
+        compactor's own)."""
         if isinstance(self.budget, int):
             return self.budget
         if model not in self._windows:
-            info = await self.counter.model_info(model)
+            info = await self._counter(counter).model_info(model)
             if info.context_window is None:
                 raise ConfigurationError(
                     f"a fractional budget needs {model!r}'s window, and nothing says it: "
@@ -92,13 +94,32 @@ class Compactor(CucaPlugin):
             self._windows[model] = info.context_window
         return int(self._windows[model] * self.budget)
 
-    async def _count(self, request: UnifiedRequest) -> int:
-        return (await self.counter.count_tokens(request)).tokens
+    def _counter(self, given: TokenCounter | None) -> TokenCounter:
+        counter = self.counter or given
+        if counter is None:
+            raise ConfigurationError(
+                "a Compactor without a counter counts with its client's backend: give it "
+                "in plugins=[...], or pass Compactor(counter, ...) to call on_request"
+            )
+        return counter
 
     async def on_request(self, request: UnifiedRequest) -> UnifiedRequest:
-        tokens = await self.tokens_for(request.model)
-        budget = Budget(tokens, self._count, int(tokens * (1 - self.headroom)))
-        first = await self.counter.count_tokens(request)
+        """``request``, shortened to fit, counted with the compactor's own counter."""
+        return await self.prepare(request, None)
+
+    async def prepare(
+        self, request: UnifiedRequest, backend: TokenCounter | None
+    ) -> UnifiedRequest:
+        """``request``, shortened to fit, counted with the compactor's counter, else
+        with ``backend`` (a turn's *before* seam gives its own: :mod:`cuca.seams`)."""
+        counter = self._counter(backend)
+
+        async def count(request: UnifiedRequest) -> int:
+            return (await counter.count_tokens(request)).tokens
+
+        tokens = await self.tokens_for(request.model, counter)
+        budget = Budget(tokens, count, int(tokens * (1 - self.headroom)))
+        first = await counter.count_tokens(request)
         if first.tokens <= budget.tokens:
             return request
         current, tokens = request, first.tokens
@@ -107,7 +128,7 @@ class Compactor(CucaPlugin):
             change = await strategy.apply(current, budget)
             if change is None:
                 continue
-            after = await self._count(change.request)
+            after = await count(change.request)
             steps.append(CompactionStep(strategy.name, change.removed, tokens, after))
             current, tokens = change.request, after
             if tokens <= budget.tokens:

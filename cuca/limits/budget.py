@@ -17,6 +17,7 @@ from cuca.cost import turn_cost
 from cuca.errors import BudgetExceeded, ConfigurationError
 from cuca.plugins import BudgetWarning, CucaPlugin, TurnOutcome
 from cuca.store import MemoryStore, Store
+from cuca.turn import AttemptHead
 from cuca.types import TokenUsage, UnifiedRequest
 
 __all__ = ["Budget", "BudgetWarning"]
@@ -271,7 +272,7 @@ class _Reservation:
         self.budget, self.key, self.ttl, self.ident, self.amounts = budget, key, ttl, ident, amounts
         self.settled = False
 
-    async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+    async def on_head(self, head: AttemptHead) -> None:
         """Headers say nothing about spending."""
 
     async def on_resend(self) -> None:

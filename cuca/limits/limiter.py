@@ -7,7 +7,7 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -18,6 +18,7 @@ from cuca.admission import Counter, estimate_tokens, estimated
 from cuca.errors import ConfigurationError, RateLimitError, RateLimitExceeded, StoreError
 from cuca.plugins import TurnOutcome
 from cuca.store import MemoryStore, Store
+from cuca.turn import AttemptHead, RateLimitHint
 from cuca.types import UnifiedRequest
 
 from . import window
@@ -332,16 +333,12 @@ class RateLimiter:
                 self._slot_freed.set()
                 self._slot_freed = trio.Event()
 
-    async def steer(self, headers: Sequence[tuple[str, str]]) -> None:
-        """Apply what a response's rate-limit headers say: a limit used up until its
-        reset pauses every turn sharing this limiter; ``n`` left until a reset ``t``
-        seconds away spaces the next turns until then (:func:`window.server_gap`)."""
-        from cuca.providers.ratelimit import rate_limit_hint
-
+    async def steer(self, hint: RateLimitHint) -> None:
+        """Apply what a response's rate-limit headers say (read by the backend's adapter
+        into ``hint``): a limit used up until its reset pauses every turn sharing this
+        limiter; ``n`` left until a reset ``t`` seconds away spaces the next turns until
+        then (:func:`window.server_gap`)."""
         now = self.clock()
-        hint = rate_limit_hint(headers, now)
-        if hint is None:
-            return
         paced = {
             limit: (left, hint.resets[limit], hint.limits.get(limit))
             for limit, left in hint.remaining.items()
@@ -396,9 +393,9 @@ class _Ticket:
         self.broken = broken  # admitted without the store (fail_open): only a slot to give back
         self.settled = False
 
-    async def on_head(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        if not self.broken:
-            await self.limiter.steer(headers)
+    async def on_head(self, head: AttemptHead) -> None:
+        if not self.broken and head.rate_limits is not None:
+            await self.limiter.steer(head.rate_limits)
 
     async def on_resend(self) -> None:
         if not self.broken:

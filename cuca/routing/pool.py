@@ -18,7 +18,7 @@ import enum
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -32,10 +32,8 @@ from cuca.routing.fallback import (
     first_answer,
 )
 from cuca.stream import ResponseStream
+from cuca.turn import Insertion
 from cuca.types import UnifiedRequest
-
-if TYPE_CHECKING:
-    from cuca.stages.pipeline import Insertion
 
 __all__ = ["MemberClient", "PoolPolicy", "PoolState"]
 
