@@ -15,8 +15,8 @@ from ._block import TurnBlock, turn_block
 from ._checks import kind, optional, seconds
 from .errors import ConfigurationError
 from .plugins import CucaPlugin
-from .stream import Completion, ResponseStream, collect
-from .types import ModelInfo, ProviderEndpoint, TokenCount, UnifiedRequest, UnifiedResponse
+from .stream import Completion, PendingResponse, ResponseStream, collect
+from .types import ModelInfo, ProviderEndpoint, TokenCount, UnifiedRequest
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -140,21 +140,6 @@ def _require_trio() -> None:
         )
 
 
-class PendingResponse:
-    """The :class:`UnifiedResponse` of a turn that is still streaming, read once it has
-    ended: ``value`` is ``None`` until the stream has ended cleanly. Not a future that can
-    be awaited: the response exists only once the stream has been read to its end, in
-    the task that reads it."""
-
-    def __init__(self, stream: ResponseStream) -> None:
-        self._stream = stream
-
-    @property
-    def value(self) -> UnifiedResponse | None:
-        """The response once the stream has ended cleanly, else ``None``."""
-        return self._stream.response
-
-
 class CucaClient:
     """A client for one provider. Use it as an async context manager::
 
@@ -176,11 +161,12 @@ class CucaClient:
     sent to the one with the fewest turns in flight, a failing one ejected for a
     cool-down (``pool``, a :class:`PoolPolicy`); see docs/fallback.md.
 
-    ``rate_limiter`` (a :class:`~cuca.RateLimiter`, or any
-    :class:`~cuca.admission.TurnGate`) admits every turn before its request goes out and
-    gets its permit back when the turn ends; see docs/limits.md. A plugin that is a gate
-    (:class:`~cuca.Budget`) or a replay (:class:`~cuca.ResponseCache`) takes part the
-    same way.
+    A gate (a :class:`~cuca.RateLimiter`, a :class:`~cuca.Budget`, any
+    :class:`~cuca.admission.TurnGate`) goes in ``plugins`` and admits every turn before
+    its request goes out, in order, and gets its permit back when the turn ends; a
+    :class:`~cuca.ResponseCache` there answers turns it has kept (docs/limits.md,
+    docs/cache.md). ``rate_limiter=limiter`` is the same as putting ``limiter`` first
+    in ``plugins`` (the spelling of earlier releases, kept).
 
     ``fused`` chooses how a turn's stages run (docs/pipeline.md): fused into the
     consumer's pull (``True``, the default, the fastest), or each point as its own

@@ -21,6 +21,7 @@ never a stage inside the byte stream.
 
 from __future__ import annotations
 
+import math
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -78,10 +79,10 @@ class Counting(Protocol):
 @runtime_checkable
 class PreparesTurn(Protocol):
     """A plugin whose request hook counts tokens (a :class:`~cuca.context.Compactor`):
-    the *before* seam calls ``prepare`` with the turn's own backend in place of its
+    the *before* seam calls ``prepare_turn`` with the turn's own backend in place of its
     ``on_request``, so it needs no second client to count with."""
 
-    async def prepare(self, request: UnifiedRequest, backend: Counting) -> UnifiedRequest: ...
+    async def prepare_turn(self, request: UnifiedRequest, backend: Counting) -> UnifiedRequest: ...
 
 
 class TurnSeams:
@@ -130,12 +131,11 @@ class TurnSeams:
 
     async def _hooks(self, request: UnifiedRequest) -> UnifiedRequest:
         for plugin in self.plugins:
-            prepares = isinstance(plugin, PreparesTurn)
-            if not prepares and not overrides(plugin, "on_request"):
+            if not isinstance(plugin, PreparesTurn) and not overrides(plugin, "on_request"):
                 continue
             try:
                 if isinstance(plugin, PreparesTurn):
-                    request = await plugin.prepare(request, self.backend)
+                    request = await plugin.prepare_turn(request, self.backend)
                 else:
                     request = await plugin.on_request(request)
             except ContextOverflowError:
@@ -308,10 +308,9 @@ async def open_turn(
         late = DeadlineExceeded(f"timed out: the turn exceeded its {total} s deadline")
         deadline = (trio.current_time() + total, late)
     background: Callable[[], Awaitable[None]] | None = None
-    stream: ResponseStream | None = None
     try:
         try:
-            with trio.move_on_at(deadline[0] if deadline else float("inf")) as scope:
+            with trio.move_on_at(deadline[0] if deadline else math.inf) as scope:
                 request = await seams.before(request)
             if scope.cancelled_caught and deadline is not None:
                 state.fail(deadline[1])
@@ -324,14 +323,15 @@ async def open_turn(
                 puller.set_deadline(*deadline)
         else:
             puller = Puller(_Nothing(), state)
-    except BaseException:  # cancelled before the pipeline started
-        if stream is None:
-            stream = ResponseStream(Puller(_Nothing(), state), state, request)
-        await seams.after(state, stream, cancelled=True)
+    except BaseException as exc:  # cancelled, or no pipeline: nothing was sent
+        seams.sent = False
+        if isinstance(exc, Exception):
+            state.fail(exc)
+        nothing = ResponseStream(Puller(_Nothing(), state), state, request)
+        await seams.after(state, nothing, cancelled=not isinstance(exc, Exception))
         raise
 
     async def ended(cancelled: bool) -> None:
-        assert stream is not None
         await seams.after(state, stream, cancelled)
 
     on_items = seams.watch.items if seams.watch is not None else None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
@@ -25,7 +26,17 @@ if TYPE_CHECKING:
     from cuca.partial import Partials
     from cuca.stages.runner import Puller
 
-__all__ = ["Attempt", "Completion", "ResponseStream", "merge_blocks"]
+    from .retry import RetryPolicy
+    from .turn import Insertion
+
+__all__ = [
+    "Attempt",
+    "Completion",
+    "PendingResponse",
+    "ResponseStream",
+    "TurnClient",
+    "merge_blocks",
+]
 
 
 class ResponseStream:
@@ -192,6 +203,40 @@ class ResponseStream:
         """The request as sent, after every plugin's ``on_request``, once the stream has
         ended cleanly; before that, the request as given to the client."""
         return self._request
+
+
+class PendingResponse:
+    """The :class:`UnifiedResponse` of a turn that is still streaming, read once it has
+    ended: ``value`` is ``None`` until the stream has ended cleanly. Not a future that can
+    be awaited: the response exists only once the stream has been read to its end, in
+    the task that reads it."""
+
+    def __init__(self, stream: ResponseStream) -> None:
+        self._stream = stream
+
+    @property
+    def value(self) -> UnifiedResponse | None:
+        """The response once the stream has ended cleanly, else ``None``."""
+        return self._stream.response
+
+
+class TurnClient(Protocol):
+    """What runs one turn: a :class:`~cuca.CucaClient`, a :class:`~cuca.FallbackClient`,
+    a pool's member. The services (a pool, fallback, the tool loop) wrap one and are one:
+    ``generate_stream`` takes the same arguments on each (the turn's own ``stages``,
+    ``retry``, ``fused`` and ``headers``, passed on to the client that answers), and so
+    do ``generate_stream_with_response``, ``generate`` (with ``repair``) and
+    ``run_tools`` where a service offers them."""
+
+    def generate_stream(
+        self,
+        request: UnifiedRequest,
+        *,
+        stages: Sequence[Insertion[Any]] = (),
+        retry: RetryPolicy | None = None,
+        fused: bool | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> AbstractAsyncContextManager[ResponseStream]: ...
 
 
 @attrs.frozen

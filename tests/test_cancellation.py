@@ -20,7 +20,18 @@ from hypothesis import strategies as st
 from support.budget import examples
 from support.fake_adapter import FAKE, frames
 
-from cuca import CucaClient, LocalModel, ProviderEndpoint, SamplingConfig, UnifiedRequest
+from cuca import (
+    Budget,
+    CucaClient,
+    CucaPlugin,
+    LocalModel,
+    ProviderEndpoint,
+    RateLimiter,
+    ResponseCache,
+    SamplingConfig,
+    TurnObserver,
+    UnifiedRequest,
+)
 from cuca.engine import default_model_path
 from cuca.testing import Reply, open_replay_server
 from cuca.testing.conformance import Drop, Outcome, Subject, drive, hops, run_turn
@@ -52,6 +63,28 @@ def test_cancellation_drop_at_any_hop_leaves_nothing(drop: Drop, pace: float, fu
     descriptor or connection."""
     reply = Reply.endless(b"data: T tok\n\n", delay=pace)
     assert_dropped_cleanly(run_turn(Subject(FAKE, fused=fused), reply, drop=drop))
+
+
+@settings(max_examples=examples(10), deadline=None)
+@given(drop=drops(), fused=st.booleans())
+def test_cancellation_drop_at_any_hop_with_gates_leaves_nothing(drop: Drop, fused: bool) -> None:
+    """With a rate limiter, a budget, a response cache and an observer attached (every
+    seam of the turn in use), an endless stream dropped anywhere, fused or as actors:
+    no task, thread, descriptor or connection is left."""
+    limiter = RateLimiter(max_concurrent=1)
+    plugins = (limiter, Budget(tokens=10**9), ResponseCache(), Observing())
+    reply = Reply.endless(b"data: T tok\n\n")
+    assert_dropped_cleanly(run_turn(Subject(FAKE, fused=fused, plugins=plugins), reply, drop=drop))
+
+
+class Observing(CucaPlugin):
+    """An observer of every turn, raw bytes included, that does nothing."""
+
+    name = "observing"
+    observes_raw = True
+
+    def observe(self, request: UnifiedRequest) -> TurnObserver:
+        return TurnObserver()
 
 
 @pytest.fixture(scope="module")

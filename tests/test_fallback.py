@@ -245,3 +245,23 @@ async def test_fallback_still_retries_what_a_server_answered() -> None:
             await fallback.generate(REQUEST)
     assert len(busy.requests) == 3  # the 503 retried per the policy, then the next client
     assert len(live.requests) == 1
+
+
+async def test_fallback_takes_a_clients_arguments_and_passes_them_on() -> None:
+    """``FallbackClient`` is a ``TurnClient`` like ``CucaClient``: ``generate`` and
+    ``generate_stream_with_response`` take the turn's own stages and headers, and the
+    client that answers runs them (its request carries the header, the stage sees its
+    blocks)."""
+    from cuca.stages import after, tap
+
+    seen: list[Any] = []
+    stages = [after("decode", tap(seen.append))]
+    async with open_replay_server(UNAVAILABLE) as a, open_replay_server([TEXT, TEXT]) as c:
+        async with FallbackClient([client(a.url), client(c.url)]) as fallback:
+            done = await fallback.generate(REQUEST, stages=stages, headers={"x-turn": "1"})
+            pair = fallback.generate_stream_with_response(REQUEST, headers={"x-turn": "2"})
+            async with pair as (stream, pending):
+                assert await texts(stream) == done.text
+    assert pending.value is not None and pending.value.endpoint == c.url
+    assert [r.headers.get("x-turn") for r in c.requests] == ["1", "2"]
+    assert any(isinstance(item, Text) for item in seen)

@@ -424,6 +424,19 @@ async def test_rate_limiter_holds_the_resend_until_the_servers_reset(
     )
 
 
+async def test_rate_limiter_in_plugins_is_the_one_way_to_attach_it() -> None:
+    """``plugins=[limiter]`` admits as ``rate_limiter=limiter`` does: the second turn in
+    the same minute is refused and never sent."""
+    limiter = RateLimiter(requests_per_minute=1, max_wait=0)
+    async with open_replay_server(TEXT) as server:
+        async with CucaClient(OPENAI, base_url=f"{server.url}/v1", api_key="k",
+                              plugins=[limiter]) as c:
+            await c.generate(REQUEST)
+            with pytest.raises(RateLimitExceeded, match="requests_per_minute"):
+                await c.generate(REQUEST)
+    assert len(server.requests) == 1
+
+
 async def test_rate_limiter_refusal_sends_nothing() -> None:
     limiter = RateLimiter(requests_per_minute=1, max_wait=0)
     async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:

@@ -105,9 +105,9 @@ class Compactor(CucaPlugin):
 
     async def on_request(self, request: UnifiedRequest) -> UnifiedRequest:
         """``request``, shortened to fit, counted with the compactor's own counter."""
-        return await self.prepare(request, None)
+        return await self.prepare_turn(request, None)
 
-    async def prepare(
+    async def prepare_turn(
         self, request: UnifiedRequest, backend: TokenCounter | None
     ) -> UnifiedRequest:
         """``request``, shortened to fit, counted with the compactor's counter, else

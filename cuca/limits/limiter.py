@@ -16,7 +16,7 @@ import trio
 from cuca._checks import kind
 from cuca.admission import Counter, estimate_tokens, estimated
 from cuca.errors import ConfigurationError, RateLimitError, RateLimitExceeded, StoreError
-from cuca.plugins import TurnOutcome
+from cuca.plugins import CucaPlugin, TurnOutcome
 from cuca.store import MemoryStore, Store
 from cuca.turn import AttemptHead, RateLimitHint
 from cuca.types import UnifiedRequest
@@ -38,9 +38,9 @@ def _positive(name: str, value: float | None) -> float | None:
     return float(value)
 
 
-class RateLimiter:
+class RateLimiter(CucaPlugin):
     """Admits turns at no more than the given rates; give it to one client or several
-    (``CucaClient(..., rate_limiter=limiter)``, ``FallbackClient``, pools).
+    (``CucaClient(..., plugins=[limiter])``, ``FallbackClient``, pools).
 
     - ``requests_per_minute``: turns are spaced ``60 / rpm`` seconds apart (``burst``
       may go at once, 1 by default);
@@ -67,6 +67,8 @@ class RateLimiter:
     turns when the store is down instead of failing them with
     :class:`~cuca.errors.StoreError`. ``clock`` is the wall clock (``time.time``).
     """
+
+    name = "rate_limiter"
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ cannot be spliced onto the first, so the error is raised as it is, typed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -34,14 +34,16 @@ from cuca.errors import (
 )
 from cuca.repair import repaired
 from cuca.retry import refused_moves_on
-from cuca.stream import Completion, ResponseStream, collect
+from cuca.stream import Completion, PendingResponse, ResponseStream, TurnClient, collect
 from cuca.types import UnifiedRequest
 
 if TYPE_CHECKING:
+    from cuca.retry import RetryPolicy
     from cuca.tools.loop import ToolLoopOptions, ToolLoopStream
     from cuca.tools.tool import Tool
+    from cuca.turn import Insertion
 
-__all__ = ["FallbackClient", "default_fallback_on", "first_answer"]
+__all__ = ["FallbackClient", "default_fallback_on", "first_answer", "turn_options"]
 
 FallbackOn = Callable[[CucaError], bool]
 
@@ -59,7 +61,8 @@ def default_fallback_on(error: CucaError) -> bool:
 
 
 class StreamingClient(Protocol):
-    """What fallback moves between: anything with a client's ``generate_stream``."""
+    """One try's client, the turn's own options bound: what :func:`first_answer` sends
+    the request to."""
 
     def generate_stream(
         self, request: UnifiedRequest
@@ -68,6 +71,19 @@ class StreamingClient(Protocol):
 
 Attempt = AbstractAsyncContextManager[StreamingClient]
 """One try of a turn: entering gives the client to send it to; leaving ends the try."""
+
+
+def turn_options(
+    stages: Sequence[Insertion[Any]],
+    retry: RetryPolicy | None,
+    fused: bool | None,
+    headers: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """The turn's own options a service passes on to the client that answers: only
+    those given, so a client that takes none (``generate_stream(request)``) still
+    serves."""
+    given = {"stages": stages, "retry": retry, "fused": fused, "headers": headers}
+    return {name: value for name, value in given.items() if value not in ((), None)}
 
 
 @asynccontextmanager
@@ -133,7 +149,7 @@ class FallbackClient:
 
     def __init__(
         self,
-        clients: Sequence[StreamingClient | tuple[StreamingClient, str]],
+        clients: Sequence[TurnClient | tuple[TurnClient, str]],
         *,
         fallback_on: FallbackOn = default_fallback_on,
         rate_limiter: TurnGate | None = None,
@@ -161,15 +177,26 @@ class FallbackClient:
 
     @turn_block("fallback.generate_stream(request)")
     @asynccontextmanager
-    async def generate_stream(self, request: UnifiedRequest) -> AsyncIterator[ResponseStream]:
-        """Stream one turn from the first client that answers (see the class)."""
+    async def generate_stream(
+        self,
+        request: UnifiedRequest,
+        *,
+        stages: Sequence[Insertion[Any]] = (),
+        retry: RetryPolicy | None = None,
+        fused: bool | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[ResponseStream]:
+        """Stream one turn from the first client that answers (see the class); the
+        turn's own ``stages``, ``retry``, ``fused`` and ``headers`` go to each client
+        it tries, as :meth:`CucaClient.generate_stream` takes them."""
         clients = iter(self.clients)
+        options = turn_options(stages, retry, fused, headers)
 
         def next_attempt() -> Attempt | None:
             client, model = next(clients, (None, None))
             if client is None:
                 return None
-            return nullcontext(client if model is None else _WithModel(client, model))
+            return nullcontext(_Bound(client, model, options))
 
         with _maybe(not self.retry_refused, refused_moves_on):
             async with (
@@ -179,13 +206,43 @@ class FallbackClient:
                 ran(stream)
                 yield stream
 
-    async def generate(self, request: UnifiedRequest, *, repair: int = 0) -> Completion:
+    @turn_block("fallback.generate_stream_with_response(request)")
+    @asynccontextmanager
+    async def generate_stream_with_response(
+        self,
+        request: UnifiedRequest,
+        *,
+        stages: Sequence[Insertion[Any]] = (),
+        retry: RetryPolicy | None = None,
+        fused: bool | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[tuple[ResponseStream, PendingResponse]]:
+        """Like :meth:`generate_stream`, also giving a handle on the response."""
+        turn = self.generate_stream(
+            request, stages=stages, retry=retry, fused=fused, headers=headers
+        )
+        async with turn as stream:
+            yield stream, PendingResponse(stream)
+
+    async def generate(
+        self,
+        request: UnifiedRequest,
+        *,
+        stages: Sequence[Insertion[Any]] = (),
+        retry: RetryPolicy | None = None,
+        fused: bool | None = None,
+        headers: Mapping[str, str] | None = None,
+        repair: int = 0,
+    ) -> Completion:
         """Run one turn to its end on the first client that answers, and collect it (the
-        answer parsed when the request has an output schema; ``repair`` as
-        :meth:`CucaClient.generate`)."""
+        answer parsed when the request has an output schema; ``repair`` and the turn's
+        options as :meth:`CucaClient.generate`)."""
 
         async def turn(request: UnifiedRequest) -> Completion:
-            async with self.generate_stream(request) as stream:
+            opened = self.generate_stream(
+                request, stages=stages, retry=retry, fused=fused, headers=headers
+            )
+            async with opened as stream:
                 return await collect(stream, request.output_schema)
 
         return await repaired(turn, request, repair)
@@ -211,13 +268,17 @@ def _maybe(
 
 
 @attrs.frozen
-class _WithModel:
-    """A client that sends every request with its own model."""
+class _Bound:
+    """A client with the turn's own options bound, sending every request with its own
+    model when it has one."""
 
-    client: StreamingClient
-    model: str
+    client: TurnClient
+    model: str | None
+    options: Mapping[str, Any]
 
     def generate_stream(
         self, request: UnifiedRequest
     ) -> AbstractAsyncContextManager[ResponseStream]:
-        return self.client.generate_stream(attrs.evolve(request, model=self.model))
+        if self.model is not None:
+            request = attrs.evolve(request, model=self.model)
+        return self.client.generate_stream(request, **self.options)

@@ -30,25 +30,18 @@ from cuca.routing.fallback import (
     StreamingClient,
     default_fallback_on,
     first_answer,
+    turn_options,
 )
-from cuca.stream import ResponseStream
+from cuca.stream import ResponseStream, TurnClient
 from cuca.turn import Insertion
 from cuca.types import UnifiedRequest
 
 __all__ = ["MemberClient", "PoolPolicy", "PoolState"]
 
 
-class MemberClient(Protocol):
-    """What a pool sends a turn to: a client for one server (a ``CucaClient``, which the
-    client that owns the pool builds: this module does not know the client)."""
-
-    def generate_stream(
-        self,
-        request: UnifiedRequest,
-        *,
-        stages: Sequence[Insertion[Any]] = ...,
-        headers: Mapping[str, str] | None = ...,
-    ) -> AbstractAsyncContextManager[ResponseStream]: ...
+class MemberClient(TurnClient, Protocol):
+    """What a pool sends a turn to: the turns of one server (the client that owns the
+    pool builds them: this module does not know the client), closed with the pool."""
 
     async def aclose(self) -> None: ...
 
@@ -202,4 +195,5 @@ class _WithStages:
     def generate_stream(
         self, request: UnifiedRequest
     ) -> AbstractAsyncContextManager[ResponseStream]:
-        return self.client.generate_stream(request, stages=self.stages, headers=self.headers)
+        options = turn_options(self.stages, None, None, self.headers)
+        return self.client.generate_stream(request, **options)

@@ -17,7 +17,6 @@ import traceback
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import (
-    AbstractAsyncContextManager,
     AbstractContextManager,
     ExitStack,
     asynccontextmanager,
@@ -40,7 +39,7 @@ from cuca.errors import (
 from cuca.plugins import CucaPlugin, LoopObserver
 from cuca.repair import feedback, sum_cache_usage, sum_usage
 from cuca.schema import parse_output
-from cuca.stream import Attempt
+from cuca.stream import Attempt, TurnClient
 from cuca.tools.approval import Approver, decide, refusal
 from cuca.tools.tool import ArgumentProblem, Tool, ToolArgumentsError, ToolFailed, as_tool
 from cuca.types import (
@@ -85,12 +84,6 @@ class TurnStream(Protocol):
 
     @property
     def response(self) -> UnifiedResponse | None: ...
-
-
-class TurnClient(Protocol):
-    """What the loop runs its steps on: a client, a fallback client."""
-
-    def generate_stream(self, request: UnifiedRequest) -> AbstractAsyncContextManager[Any]: ...
 
 
 class ToolLoopOptions(TypedDict, total=False):

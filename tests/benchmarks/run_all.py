@@ -23,6 +23,10 @@ RUNS = [
     ("OpenAI-compatible stream, 10,000 chunks (issue: providers)", ["bench_openai_stream.py"]),
     ("session log and trace plugin CPU, 20,000 chunks (issue: obs)", ["bench_observers.py"]),
     (
+        "a turn's seams: limiter, budget and cache (a miss) vs none, 20,000 chunks (issue 33)",
+        ["bench_seams.py"],
+    ),
+    (
         "reading a turn's opening for an in-stream retry vs not (issue 29)",
         ["bench_retry_opening.py"],
     ),

@@ -9,6 +9,7 @@ import attrs
 import httpx
 
 from cuca.client import CucaClient
+from cuca.plugins import CucaPlugin
 from cuca.retry import RetryPolicy
 from cuca.stream import merge_blocks
 from cuca.types import Block, ProviderEndpoint, Text, Thinking, ToolCall, UnifiedRequest
@@ -59,6 +60,8 @@ class Subject:
     end_marker: bool = True
     error_body: Callable[[int, str], bytes] | None = None
     fused: bool = True
+    plugins: Sequence[CucaPlugin] = attrs.field(default=(), converter=tuple)
+    """Given to the client: gates, a cache, observers (their seams hold in both modes)."""
 
     def client(self, server_url: str, http: httpx.AsyncClient) -> CucaClient:
         """A client for the adapter on `http`, pointed at a replay server; it never retries."""
@@ -70,6 +73,7 @@ class Subject:
             http_client=http,
             retry=RetryPolicy.never(),
             fused=self.fused,
+            plugins=self.plugins,
         )
 
 
