@@ -23,8 +23,10 @@ from cuca import (
     StoreError,
     UnifiedRequest,
 )
+from cuca.providers.ratelimit import rate_limit_hint
 from cuca.store import RedisStore, SqliteStore, Store
 from cuca.testing import Reply, open_replay_server
+from cuca.turn import RateLimitHint
 
 OPENAI = ProviderEndpoint.OPENAI
 
@@ -129,6 +131,13 @@ async def test_store_rate_limiter_spaces_turns_on_each_store(store: Store) -> No
     assert state["l"] == {}  # every concurrency slot given back
 
 
+def read(headers: list[tuple[str, str]]) -> RateLimitHint:
+    """What the backend's adapter reads in an answer's headers, for the limiter."""
+    hint = rate_limit_hint(headers)
+    assert hint is not None
+    return hint
+
+
 async def test_store_server_pacing_and_pause_reach_another_limiter(
     store: Store, autojump_clock: MockClock
 ) -> None:
@@ -138,14 +147,14 @@ async def test_store_server_pacing_and_pause_reach_another_limiter(
     heard = RateLimiter(store=store, key="pace", clock=trio.current_time)
     other = RateLimiter(store=store, key="pace", clock=trio.current_time)
     start = trio.current_time()
-    await heard.steer([("x-ratelimit-remaining-requests", "2"),
-                       ("x-ratelimit-reset-requests", "4s")])
+    await heard.steer(read([("x-ratelimit-remaining-requests", "2"),
+                            ("x-ratelimit-reset-requests", "4s")]))
     admitted = []
     for _ in range(3):
         await other.admit(REQUEST)
         admitted.append(trio.current_time() - start)
     assert admitted == pytest.approx([0.0, 2.0, 4.0], abs=0.01)
-    await heard.steer([("retry-after", "3")])
+    await heard.steer(read([("retry-after", "3")]))
     await other.admit(REQUEST)
     assert trio.current_time() - start == pytest.approx(7.0, abs=0.01)
 
