@@ -46,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .chat import run_chat
 
             return run_chat(args, env, console)
+        if args.command == "serve":
+            from .serve import run_serve
+
+            return run_serve(args, env, console)
         if args.command == "logs":
             from .logs import run_logs
 

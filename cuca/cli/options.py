@@ -136,6 +136,54 @@ def _add_logs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     logs.add_argument("--raw", action="store_true", help="with --json: the response bytes too")
 
 
+def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        allow_abbrev=False,
+        help="serve a model on the OpenAI and Anthropic wires",
+        description=(
+            "Serve the local engine (MODEL, a GGUF file; none: the default model) or, with "
+            "--provider, one remote backend as a gateway, on POST /v1/chat/completions, "
+            "/v1/messages, /v1/messages/count_tokens and /v1/responses. The first line "
+            "printed is the server's URL."
+        ),
+    )
+    serve.add_argument("path", nargs="?", metavar="MODEL", help="a GGUF file (local engine)")
+    serve.add_argument("--config", metavar="TOML", help="model names mapped to backends")
+    gateway = "serve this backend as a gateway: " + ", ".join(PROVIDER_NAMES)
+    serve.add_argument("--provider", help=gateway)
+    serve.add_argument("--base-url", help="the gateway's upstream base URL")
+    serve.add_argument("--model", help="the model name served (local: the file's name)")
+    serve.add_argument("--host", help="the address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=_count(0), metavar="N", help="the port (0: any free one)")
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a key clients must send (repeatable; also CUCA_SERVE_API_KEYS)",
+    )
+    serve.add_argument(
+        "--no-api-key",
+        dest="allow_no_key",
+        action="store_true",
+        help="serve a non-loopback --host without any key",
+    )
+    serve.add_argument("--threads", type=_count(1), metavar="N", help="CPU threads")
+    serve.add_argument("--ctx", type=_count(1), metavar="N", help="context size (local)")
+    serve.add_argument(
+        "--parallel", type=_count(1), metavar="N", help="conversations decoded together (local)"
+    )
+    serve.add_argument(
+        "--chat-template-file", metavar="FILE", help="a jinja chat template (local engine)"
+    )
+    serve.add_argument(
+        "--timeout", type=_number(float, 0.001, "a number of seconds"), metavar="S",
+        help="upstream timeout in seconds (gateway)",
+    )
+    serve.add_argument("--retries", type=_count(0), metavar="N", help="upstream retries (gateway)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``cuca`` parser: ``cuca chat ...``, ``cuca models inspect ...``, ``cuca logs ...``."""
     parser = argparse.ArgumentParser(
@@ -150,4 +198,5 @@ def build_parser() -> argparse.ArgumentParser:
     _add_chat(commands)
     _add_models(commands)
     _add_logs(commands)
+    _add_serve(commands)
     return parser

@@ -1,0 +1,148 @@
+"""What ``cuca serve`` serves: model names mapped to backends, from the command line or
+from a ``serve.toml`` file.
+
+A file names each served model under ``[models."NAME"]``::
+
+    [server]
+    host = "127.0.0.1"
+    port = 8080
+
+    [models."smollm2"]
+    provider = "local"               # the in-process engine
+    path = "~/models/SmolLM2-135M-Instruct-Q8_0.gguf"
+    ctx = 4096
+    parallel = 4                     # conversations decoded together
+    chat_template_file = "think.jinja"
+
+    [models."gpt-4o-mini"]
+    provider = "openai"              # a gateway: any cuca provider
+    model = "gpt-4o-mini"            # the name sent upstream (default: NAME)
+    base_url = "https://api.openai.com/v1"
+    api_key_env = "OPENAI_API_KEY"   # default: the vendor's usual variable
+    timeout = 60
+    retries = 2
+
+``NAME = "*"`` serves every model name not listed (a gateway passing names through).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from cuca.errors import ConfigurationError
+from cuca.providers.table import env_key
+from cuca.types import ProviderEndpoint
+
+__all__ = ["BackendSpec", "ServeSpec", "load_spec"]
+
+DEFAULT_PORT = 8080
+
+
+@attrs.frozen
+class BackendSpec:
+    """One served model: its backend and the options of the client that reaches it
+    (the same as ``cuca chat``'s)."""
+
+    name: str
+    provider: ProviderEndpoint
+    model: str | None = None
+    path: Path | None = None
+    base_url: str | None = None
+    api_key: str | None = attrs.field(default=None, repr=False)
+    ctx: int | None = None
+    threads: int | None = None
+    parallel: int | None = None
+    chat_template_file: Path | None = None
+    timeout: float | None = None
+    retries: int | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.provider == ProviderEndpoint.LOCAL
+
+
+@attrs.frozen
+class ServeSpec:
+    """Everything the server needs: where to listen, its keys, and its models."""
+
+    backends: tuple[BackendSpec, ...]
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_keys: tuple[str, ...] = attrs.field(default=(), repr=False)
+    allow_open: bool = False
+
+    def secrets(self) -> tuple[str, ...]:
+        """The upstream keys, never to be sent back."""
+        return tuple(b.api_key for b in self.backends if b.api_key)
+
+
+def _of(table: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    """``table[key]`` if it is a ``kind`` (an integer for a float too), ``None`` when
+    absent; anything else is a ConfigurationError naming it."""
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) and kind is not bool:
+        raise ConfigurationError(f"{where}.{key} must be {kind.__name__}, not {value!r}")
+    if kind is float and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, kind):
+        raise ConfigurationError(f"{where}.{key} must be {kind.__name__}, not {value!r}")
+    return value
+
+
+def _backend(name: str, table: Any, env: Mapping[str, str], base: Path) -> BackendSpec:
+    where = f"models.{name}"
+    if not isinstance(table, dict):
+        raise ConfigurationError(f"{where} must be a table")
+    provider = ProviderEndpoint.parse(_of(table, "provider", str, where) or "local")
+    path = _of(table, "path", str, where)
+    template = _of(table, "chat_template_file", str, where)
+    key = None
+    if provider != ProviderEndpoint.LOCAL:
+        variable = _of(table, "api_key_env", str, where)
+        key = env.get(variable) if variable else env_key(provider.kind, env)
+    elif path is None:
+        from cuca.engine import default_model_path
+
+        path = str(default_model_path())
+    return BackendSpec(
+        name=name,
+        provider=provider,
+        model=_of(table, "model", str, where),
+        path=(base / Path(path).expanduser()) if path else None,
+        base_url=_of(table, "base_url", str, where),
+        api_key=key or None,
+        ctx=_of(table, "ctx", int, where),
+        threads=_of(table, "threads", int, where),
+        parallel=_of(table, "parallel", int, where),
+        chat_template_file=(base / Path(template).expanduser()) if template else None,
+        timeout=_of(table, "timeout", float, where),
+        retries=_of(table, "retries", int, where),
+    )
+
+
+def load_spec(path: Path, env: Mapping[str, str]) -> ServeSpec:
+    """The spec a ``serve.toml`` file describes (relative paths from its folder)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"cannot read {path}: {exc}") from None
+    models = data.get("models")
+    if not isinstance(models, dict) or not models:
+        raise ConfigurationError(f'{path} names no [models."NAME"] table')
+    base = path.parent
+    backends = tuple(_backend(n, t, env, base) for n, t in models.items())
+    server = data.get("server", {})
+    if not isinstance(server, dict):
+        raise ConfigurationError(f"{path}: [server] must be a table")
+    return ServeSpec(
+        backends,
+        host=_of(server, "host", str, "server") or "127.0.0.1",
+        port=_of(server, "port", int, "server") or DEFAULT_PORT,
+    )
