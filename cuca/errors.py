@@ -41,6 +41,8 @@ No error ever carries request headers, so API keys cannot leak through ``repr``.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 __all__ = [
     "AuthenticationError",
     "BatchCancelled",
@@ -450,13 +452,19 @@ class RateLimitExceeded(CucaError):
 class BudgetExceeded(CucaError):
     """A :class:`~cuca.Budget` refused a turn before it went out: what was ``spent`` (and
     reserved by turns in flight), the turn's ``projected`` cost, and the ``limit``, in the
-    budget's unit (``unit``: ``"usd"`` or ``"tokens"``). ``projected`` is ``None`` for a
-    model without a price, refused under ``on_unpriced="refuse"``."""
+    budget's unit (``unit``: ``"usd"``, the figures ``Decimal`` dollars as
+    ``response.cost`` is, or ``"tokens"``, the figures ints). ``projected`` is ``None``
+    for a model without a price, refused under ``on_unpriced="refuse"``."""
 
     prefix = "budget exceeded"
 
     def __init__(
-        self, unit: str, spent: float, projected: float | None, limit: float, message: str
+        self,
+        unit: str,
+        spent: Decimal | int,
+        projected: Decimal | int | None,
+        limit: Decimal | int,
+        message: str,
     ) -> None:
         super().__init__(message)
         self.args = (unit, spent, projected, limit, message)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
@@ -55,22 +56,28 @@ class TurnOutcome:
 @attrs.frozen
 class BudgetWarning:
     """Spending has crossed ``warn_at`` of a :class:`~cuca.Budget`: ``spent`` of
-    ``limit`` in ``unit`` (``"usd"`` or ``"tokens"``), ``fraction`` = spent / limit.
+    ``limit`` in ``unit`` (``"usd"``: ``Decimal`` dollars, as ``response.cost``;
+    ``"tokens"``: ints), ``fraction`` = spent / limit.
     Told once per unit per window, for the turn whose charge crossed it."""
 
     unit: str
-    spent: float
-    limit: float
+    spent: Decimal | int
+    limit: Decimal | int
     fraction: float
 
     def to_dict(self) -> dict[str, Any]:
-        """The warning as JSON-ready data (what the session log stores)."""
+        """The warning as JSON-ready data (what the session log stores): dollars as
+        decimal strings (``"0.000118"``, as the log keeps ``cost``), tokens as ints."""
         return {
             "unit": self.unit,
-            "spent": self.spent,
-            "limit": self.limit,
+            "spent": _json_figure(self.spent),
+            "limit": _json_figure(self.limit),
             "fraction": self.fraction,
         }
+
+
+def _json_figure(figure: Decimal | int) -> str | int:
+    return f"{figure:f}" if isinstance(figure, Decimal) else figure
 
 
 class TurnObserver:

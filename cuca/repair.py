@@ -5,7 +5,8 @@ fits or the tries run out (instructor's retry, on any client).
 ``repaired(turn, request, repair)`` runs ``turn`` (a coroutine from a request to a
 :class:`~cuca.Completion`) once, then up to ``repair`` more times on the conversation
 grown by the failed answer and a user message quoting its error. The first answer that
-fits is returned, with every try in ``attempts`` and the usage of all of them summed on
+fits is returned, with every try in ``attempts`` (the first too, when it fits at
+once: ``error`` ``None``) and the usage of all of them summed on
 its response (so its ``cost`` is the cost of every try). After the last failure an
 :class:`~cuca.OutputValidationError` carrying every attempt is raised.
 """
@@ -37,8 +38,10 @@ async def repaired(turn: Turn, request: UnifiedRequest, repair: int) -> Completi
         done = await turn(request)
         error = next((e for e in done.errors if isinstance(e, OutputValidationError)), None)
         attempts.append(Attempt(done.message, error, done.response))
-        if error is None or not repair:
-            return done if len(attempts) == 1 else summed(done, attempts)
+        if not repair:
+            return done
+        if error is None:
+            return summed(done, attempts)
         if len(attempts) > repair:
             raise OutputValidationError(
                 f"no answer fit after {len(attempts)} tries; the last: {error.message}",

@@ -255,8 +255,9 @@ class Completion:
     response: UnifiedResponse
     parsed: Any = None
     attempts: tuple[Attempt, ...] = ()
-    """With ``generate(request, repair=N)``: every try, in order, the last the one that
-    fit (``response`` then sums the usage of all of them); else empty."""
+    """With ``generate(request, repair=N)`` (N >= 1): every try, in order, the last the one
+    that fit (its ``error`` ``None``; a single attempt when the first try fits), and
+    ``response`` sums the usage of all of them; with ``repair=0``, empty."""
 
     @property
     def text(self) -> str:

@@ -687,6 +687,12 @@ class TokenUsage:
     completion_tokens: int = 0
     reasoning_tokens: int | None = None
 
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens (reasoning is part of the completion), the
+        ``total_tokens`` every vendor SDK reports."""
+        return self.prompt_tokens + self.completion_tokens
+
 
 @attrs.frozen
 class PromptCacheUsage:

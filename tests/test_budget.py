@@ -4,6 +4,7 @@ crossing turn's observers (the session log, the trace)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ async def test_budget_twenty_concurrent_turns_admit_only_what_fits() -> None:
         prompt = (await c.count_tokens(REQUEST)).tokens
         projection = budget.project(REQUEST.with_provider(OPENAI), prompt)
         assert projection.usd is not None
-        budget.usd = projection.usd * 5.5  # room for 5 reservations
+        budget.usd = projection.usd * Decimal("5.5")  # room for 5 reservations
 
         async def turn() -> None:
             try:
@@ -70,7 +71,8 @@ async def test_budget_exceeded_says_spent_projected_and_limit() -> None:
         with pytest.raises(BudgetExceeded) as caught:
             await c.generate(REQUEST)
     error = caught.value
-    assert error.unit == "usd" and error.limit == 0.002
+    assert error.unit == "usd" and error.limit == Decimal("0.002")
+    assert isinstance(error.spent, Decimal) and isinstance(error.projected, Decimal)
     assert error.projected is not None and error.spent + error.projected > error.limit
     assert "spent and reserved $" in str(error) and "the limit is $0.002000" in str(error)
     assert len(server.requests) == 1
@@ -82,7 +84,26 @@ async def test_budget_charges_each_turns_exact_cost() -> None:
         first = (await c.generate(REQUEST)).response
         second = (await c.generate(REQUEST.add_user_message("again"))).response
     assert first.cost is not None and second.cost is not None
-    assert (await budget.spent())["usd"] == pytest.approx(float(first.cost + second.cost))
+    spent = (await budget.spent())["usd"]
+    assert spent == first.cost + second.cost  # Decimal dollars summed exactly, as cost is
+    assert isinstance(spent, Decimal) and "e" not in str(spent)
+
+
+async def test_budget_money_is_decimal_in_spent_the_warning_and_the_store(tmp_path: Path) -> None:
+    """Dollars are Decimal wherever a user reads them (spent(), BudgetWarning), kept as
+    decimal strings in a shared store, and JSON-ready warnings write them as strings."""
+    told: list[BudgetWarning] = []
+    store = SqliteStore(tmp_path / "budget.db")
+    budget = Budget(usd=0.002, warn_at=0.5, on_warn=told.append, store=store)
+    async with open_replay_server(TEXT) as server, client(server.url, budget) as c:
+        cost = (await c.generate(REQUEST)).response.cost
+    assert cost is not None
+    stored = await store.get("cuca:budget")
+    await store.aclose()
+    assert stored["spent"]["usd"] == str(cost)
+    assert [(w.unit, w.spent, w.limit) for w in told] == [("usd", cost, Decimal("0.002"))]
+    assert isinstance(told[0].spent, Decimal)
+    assert told[0].to_dict()["spent"] == f"{cost:f}" and told[0].to_dict()["limit"] == "0.002"
 
 
 async def test_budget_and_limiter_count_a_turn_once() -> None:
@@ -223,6 +244,7 @@ async def test_budget_warning_reaches_the_crossing_turns_observers_once() -> Non
         [("end", "ok")],
     ]
     assert [(w.unit, w.spent, w.limit) for w in told] == [("tokens", 2326.0, 3600.0)]
+    assert all(type(n) is int for w in told for n in (w.spent, w.limit))  # tokens: ints
 
 
 async def test_budget_warning_once_across_a_shared_store(tmp_path: Path) -> None:

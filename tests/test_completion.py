@@ -45,6 +45,26 @@ async def test_completion_has_usage_tool_calls_and_finish_reason() -> None:
     assert done.usage.prompt_tokens > 0
 
 
+@pytest.mark.parametrize(
+    ("name", "provider", "path", "total"),
+    [
+        ("openai/text", ProviderEndpoint.OPENAI, "/v1", 1163),
+        ("llama_cpp/chat_tool_call", ProviderEndpoint.LLAMA_CPP, "", 79),
+        ("gemini/text_signature", ProviderEndpoint.GOOGLE_GEMINI, "", 334),
+        ("gemini/tool_call", ProviderEndpoint.GOOGLE_GEMINI, "", 848),
+    ],
+)
+async def test_completion_usage_total_tokens_is_the_vendors_total(
+    name: str, provider: ProviderEndpoint, path: str, total: int
+) -> None:
+    """``usage.total_tokens`` reads as the vendor's own ``total_tokens`` /
+    ``totalTokenCount`` (thoughts and tool-use prompts included on Gemini)."""
+    async with open_replay_server(Reply(transcript(name))) as server:
+        async with CucaClient(provider, base_url=server.url + path, api_key="k") as client:
+            done = await client.generate(ASK)
+    assert done.usage is not None and done.usage.total_tokens == total
+
+
 async def test_completion_of_a_text_answer_has_no_tool_calls() -> None:
     async with open_replay_server(Reply(transcript("openai/text"), chunks=[5] * 80)) as server:
         async with openai(server.url) as client:

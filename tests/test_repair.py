@@ -60,6 +60,18 @@ async def test_repair_sends_the_error_back_and_keeps_the_answer_that_fits(family
 
 
 @pytest.mark.parametrize("family", TEXT_FAMILIES, ids=TEXT_IDS)
+async def test_repair_first_try_that_fits_is_listed_as_the_one_attempt(family: Family) -> None:
+    """docs/structured-output.md: with repair=N every try is in attempts, the one that
+    fit with error None; a first try that fits is a one-try list, not an empty one."""
+    async with open_replay_server([family.text_reply(FITS)]) as server:
+        async with family.client(server.url) as client:
+            done = await client.generate(REQUEST, repair=2)
+    assert done.parsed == Forecast("Paris", 18) and len(server.requests) == 1
+    assert [(a.message.text(), a.error) for a in done.attempts] == [(FITS, None)]
+    assert done.attempts[0].response.usage == done.response.usage
+
+
+@pytest.mark.parametrize("family", TEXT_FAMILIES, ids=TEXT_IDS)
 async def test_repair_gives_up_with_every_attempt(family: Family) -> None:
     async with open_replay_server([family.text_reply(TOO_HOT)]) as server:
         async with family.client(server.url) as client:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ async def test_shared_budget_three_processes_never_overspend(tmp_path: Path) -> 
             prompt = (await c.count_tokens(REQUEST)).tokens
         reservation = budget.project(REQUEST.with_provider(ProviderEndpoint.OPENAI), prompt).usd
         assert reservation is not None
-        limit = reservation * 12.5
+        limit = reservation * Decimal("12.5")
         with redis_server(tmp_path) as redis:
             results = await workers("budget", 3, redis.url, server.url, str(limit))
             store = RedisStore(redis.url)

@@ -1,5 +1,9 @@
 """``Budget``: a cap on dollars or tokens spent, that concurrent turns cannot overshoot
-together (a plugin; its state in a shared store for many processes)."""
+together (a plugin; its state in a shared store for many processes).
+
+Money is a :class:`~decimal.Decimal` here as everywhere in cuca (``response.cost``):
+dollars are summed exactly and kept in the store as decimal strings; token figures are
+ints. A figure is ``Decimal`` for ``"usd"``, ``int`` for ``"tokens"``."""
 
 from __future__ import annotations
 
@@ -29,9 +33,13 @@ RESERVATION_TTL = 3600.0
 """Seconds after which a reservation left by a process that died is dropped."""
 
 
+Figure = Decimal | int
+"""An amount in a budget's unit: ``Decimal`` dollars for ``"usd"``, ``int`` for ``"tokens"``."""
+
+
 @attrs.frozen
 class _Projection:
-    usd: float | None
+    usd: Decimal | None
     tokens: int
 
 
@@ -64,7 +72,7 @@ class Budget(CucaPlugin):
 
     def __init__(
         self,
-        usd: float | None = None,
+        usd: Decimal | float | None = None,
         tokens: int | None = None,
         window: float | None = None,
         store: Store | None = None,
@@ -87,7 +95,7 @@ class Budget(CucaPlugin):
             )
         if store is not None and not isinstance(store, Store):
             raise ConfigurationError(f"store must be a cuca store, not {kind(store)}")
-        self.usd = None if usd is None else float(usd)
+        self.usd = None if usd is None else _decimal(usd)
         self.tokens = tokens
         self.window = window
         self.store: Store = store if store is not None else MemoryStore()
@@ -106,12 +114,12 @@ class Budget(CucaPlugin):
             return self.key, None
         return f"{self.key}:{int(now // self.window)}", 2 * self.window
 
-    def _limits(self) -> dict[str, float]:
-        limits: dict[str, float] = {}
+    def _limits(self) -> dict[str, Decimal]:
+        limits: dict[str, Decimal] = {}
         if self.usd is not None:
             limits["usd"] = self.usd
         if self.tokens is not None:
-            limits["tokens"] = float(self.tokens)
+            limits["tokens"] = Decimal(self.tokens)
         return limits
 
     def project(self, request: UnifiedRequest, prompt: int | None = None) -> _Projection:
@@ -121,12 +129,13 @@ class Budget(CucaPlugin):
         output = request.max_tokens or DEFAULT_MAX_TOKENS
         usage = TokenUsage(prompt_tokens=prompt, completion_tokens=output)
         usd = turn_cost(request.provider, request.model, usage) if self.usd is not None else None
-        return _Projection(None if usd is None else float(usd), prompt + output)
+        return _Projection(usd, prompt + output)
 
-    async def spent(self) -> dict[str, float]:
-        """What the current window has spent so far (reservations not included)."""
-        state = await self.store.get(self._key(self.clock())[0]) or {}
-        return {unit: float(state.get("spent", {}).get(unit, 0.0)) for unit in self._limits()}
+    async def spent(self) -> dict[str, Figure]:
+        """What the current window has spent so far (reservations not included):
+        ``Decimal`` dollars under ``"usd"``, an ``int`` under ``"tokens"``."""
+        state = _state(await self.store.get(self._key(self.clock())[0]))
+        return {unit: _figure(unit, _amount(state["spent"], unit)) for unit in self._limits()}
 
     async def admit(self, request: UnifiedRequest, count: Counter = estimated) -> _Reservation:
         """Reserve the turn's projection (its prompt counted by ``count``), or raise
@@ -134,7 +143,7 @@ class Budget(CucaPlugin):
         prompt = await count(request) if self.count_tokens else estimate_tokens(request)
         projection = self.project(request, prompt)
         if self.usd is not None and projection.usd is None and self.on_unpriced == "refuse":
-            spent = (await self.spent()).get("usd", 0.0)
+            spent = (await self.spent()).get("usd", Decimal(0))
             raise BudgetExceeded(
                 "usd",
                 spent,
@@ -143,7 +152,7 @@ class Budget(CucaPlugin):
                 f"no price is known for {request.model!r} on {request.provider.kind} "
                 '(on_unpriced="refuse"; pass on_unpriced="allow" to count it at $0)',
             )
-        amounts = {"usd": projection.usd or 0.0, "tokens": float(projection.tokens)}
+        amounts = {"usd": projection.usd or Decimal(0), "tokens": Decimal(projection.tokens)}
         amounts = {unit: amounts[unit] for unit in self._limits()}
         now = self.clock()
         key, ttl = self._key(now)
@@ -155,9 +164,9 @@ class Budget(CucaPlugin):
             unit, spent = refusal
             raise BudgetExceeded(
                 unit,
-                spent,
-                amounts[unit],
-                limits[unit],
+                _figure(unit, spent),
+                _figure(unit, amounts[unit]),
+                _figure(unit, limits[unit]),
                 f"{unit}: spent and reserved {_shown(unit, spent)}, this turn projects "
                 f"{_shown(unit, amounts[unit])}, the limit is {_shown(unit, limits[unit])}",
             )
@@ -173,11 +182,12 @@ class Budget(CucaPlugin):
         :class:`BudgetExceeded` as :meth:`admit` does. The reservation is returned as
         JSON: the job keeps it in its record, and :meth:`settle_batch` (in this process
         or another sharing the store) charges it when the results are read."""
-        amounts = {"usd": 0.0, "tokens": 0.0}
+        amounts = {"usd": Decimal(0), "tokens": Decimal(0)}
+        exact_rate = _decimal(rate)
         for request in requests:
             projection = self.project(request)
             if self.usd is not None and projection.usd is None and self.on_unpriced == "refuse":
-                spent = (await self.spent()).get("usd", 0.0)
+                spent = (await self.spent()).get("usd", Decimal(0))
                 raise BudgetExceeded(
                     "usd",
                     spent,
@@ -186,7 +196,7 @@ class Budget(CucaPlugin):
                     f"no price is known for {request.model!r} on {request.provider.kind} "
                     '(on_unpriced="refuse"; pass on_unpriced="allow" to count it at $0)',
                 )
-            amounts["usd"] += (projection.usd or 0.0) * rate
+            amounts["usd"] += (projection.usd or Decimal(0)) * exact_rate
             amounts["tokens"] += projection.tokens
         limits = self._limits()
         amounts = {unit: amounts[unit] for unit in limits}
@@ -200,22 +210,23 @@ class Budget(CucaPlugin):
             unit, spent = refusal
             raise BudgetExceeded(
                 unit,
-                spent,
-                amounts[unit],
-                limits[unit],
+                _figure(unit, spent),
+                _figure(unit, amounts[unit]),
+                _figure(unit, limits[unit]),
                 f"{unit}: spent and reserved {_shown(unit, spent)}, this batch projects "
                 f"{_shown(unit, amounts[unit])}, the limit is {_shown(unit, limits[unit])}",
             )
-        return {"budget": self.key, "key": key, "ttl": window_ttl, "id": ident, "amounts": amounts}
+        stored = {unit: str(amount) for unit, amount in amounts.items()}  # JSON, exact
+        return {"budget": self.key, "key": key, "ttl": window_ttl, "id": ident, "amounts": stored}
 
     async def settle_batch(
-        self, reservation: Mapping[str, Any], usd: float, tokens: int
+        self, reservation: Mapping[str, Any], usd: Decimal | float, tokens: int
     ) -> list[BudgetWarning]:
         """Charge a batch job's exact cost (``usd`` at the batch rate, ``tokens``
         prompt plus completion) against its :meth:`reserve_batch` reservation, which is
         released; the warnings the charge crossed."""
-        reserved: Mapping[str, float] = reservation["amounts"]
-        charge = {"usd": usd, "tokens": float(tokens)}
+        reserved: Mapping[str, Any] = reservation["amounts"]
+        charge = {"usd": _decimal(usd), "tokens": Decimal(tokens)}
         charge = {unit: charge[unit] for unit in reserved}
         limits, warn_at, ident = self._limits(), self.warn_at, str(reservation["id"])
         ttl = reservation.get("ttl")
@@ -232,7 +243,7 @@ class Budget(CucaPlugin):
         key: str,
         ttl: float | None,
         ident: str,
-        reserved: Mapping[str, float],
+        reserved: Mapping[str, Decimal],
         end: TurnOutcome,
     ) -> list[BudgetWarning]:
         charge = self._charge(reserved, end)
@@ -245,21 +256,19 @@ class Budget(CucaPlugin):
                 self.on_warn(warning)
         return warnings
 
-    def _charge(self, reserved: Mapping[str, float], end: TurnOutcome) -> dict[str, float]:
+    def _charge(self, reserved: Mapping[str, Decimal], end: TurnOutcome) -> dict[str, Decimal]:
         if end.status == "cancelled":
             return dict(reserved)
         response = end.response
         if response is None or response.usage is None:
-            return {unit: 0.0 for unit in reserved}
-        charge: dict[str, float] = {}
+            return {unit: Decimal(0) for unit in reserved}
+        charge: dict[str, Decimal] = {}
         if "usd" in reserved:
             cost: Decimal | None = response.cost
-            charge["usd"] = 0.0 if cost is None else float(cost)
+            charge["usd"] = Decimal(0) if cost is None else cost
         if "tokens" in reserved:
-            usage = response.usage
-            charge["tokens"] = (
-                0.0 if response.cached else float(usage.prompt_tokens + usage.completion_tokens)
-            )
+            tokens = 0 if response.cached else response.usage.total_tokens
+            charge["tokens"] = Decimal(tokens)
         return charge
 
 
@@ -267,7 +276,7 @@ class _Reservation:
     """One admitted turn's reservation; settled once."""
 
     def __init__(
-        self, budget: Budget, key: str, ttl: float | None, ident: str, amounts: dict[str, float]
+        self, budget: Budget, key: str, ttl: float | None, ident: str, amounts: dict[str, Decimal]
     ) -> None:
         self.budget, self.key, self.ttl, self.ident, self.amounts = budget, key, ttl, ident, amounts
         self.settled = False
@@ -298,10 +307,10 @@ def _reserve(
     old: Any,
     now: float,
     ident: str,
-    amounts: Mapping[str, float],
-    limits: Mapping[str, float],
+    amounts: Mapping[str, Decimal],
+    limits: Mapping[str, Decimal],
     ttl: float | None = None,
-) -> tuple[dict[str, Any], tuple[str, float] | None]:
+) -> tuple[dict[str, Any], tuple[str, Decimal] | None]:
     """Add the reservation when every unit still fits; else the unit that does not and
     what is spent and reserved in it (nothing changed). It is dropped ``ttl`` seconds
     on (:data:`RESERVATION_TTL` when ``None``) if it was never settled."""
@@ -312,10 +321,13 @@ def _reserve(
         if float(v["at"]) > now - float(v.get("ttl", RESERVATION_TTL))
     }
     for unit, limit in limits.items():
-        used = float(state["spent"].get(unit, 0.0)) + sum(float(h[unit]) for h in held.values())
+        used = _amount(state["spent"], unit) + sum(
+            (_amount(h, unit) for h in held.values()), Decimal(0)
+        )
         if used + amounts[unit] > limit:
             return state, (unit, used)
-    held[ident] = {"at": now, **amounts} if ttl is None else {"at": now, "ttl": ttl, **amounts}
+    stored = {unit: str(amount) for unit, amount in amounts.items()}
+    held[ident] = {"at": now, **stored} if ttl is None else {"at": now, "ttl": ttl, **stored}
     state["held"] = held
     return state, None
 
@@ -323,22 +335,38 @@ def _reserve(
 def _settle(
     old: Any,
     ident: str,
-    charge: Mapping[str, float],
-    limits: Mapping[str, float],
+    charge: Mapping[str, Decimal],
+    limits: Mapping[str, Decimal],
     warn_at: float | None,
 ) -> tuple[dict[str, Any], list[BudgetWarning]]:
     state = _state(old)
     state["held"].pop(ident, None)
     warnings: list[BudgetWarning] = []
     for unit, amount in charge.items():
-        spent = float(state["spent"].get(unit, 0.0)) + amount
-        state["spent"][unit] = spent
-        fraction = spent / limits[unit]
+        spent = _amount(state["spent"], unit) + amount
+        state["spent"][unit] = str(spent)
+        fraction = float(spent / limits[unit])
         if warn_at is not None and fraction >= warn_at and unit not in state["warned"]:
             state["warned"].append(unit)
-            warnings.append(BudgetWarning(unit, spent, limits[unit], fraction))
+            limit = _figure(unit, limits[unit])
+            warnings.append(BudgetWarning(unit, _figure(unit, spent), limit, fraction))
     return state, warnings
 
 
-def _shown(unit: str, amount: float) -> str:
+def _decimal(value: Decimal | float) -> Decimal:
+    """Dollars as given, exactly as written (``0.1`` is ``Decimal("0.1")``)."""
+    return value if isinstance(value, Decimal) else Decimal(str(value))
+
+
+def _amount(amounts: Mapping[str, Any], unit: str) -> Decimal:
+    """A stored amount (a decimal string; a number in a store written before)."""
+    return Decimal(str(amounts.get(unit, 0)))
+
+
+def _figure(unit: str, amount: Decimal) -> Figure:
+    """An amount as users read it: ``Decimal`` dollars, ``int`` tokens."""
+    return amount if unit == "usd" else int(amount)
+
+
+def _shown(unit: str, amount: Decimal) -> str:
     return f"${amount:.6f}" if unit == "usd" else f"{amount:.0f} tokens"
