@@ -350,7 +350,8 @@ async def test_budget_admits_a_turn_that_fits_exactly(unit: str) -> None:
         async with client(server.url, Budget(**{unit: whole}, count_tokens=False)) as c:
             await c.generate(REQUEST)
         assert len(server.requests) == 1
-        over = Budget(**{unit: 65 if unit == "tokens" else whole * 0.999}, count_tokens=False)
+        over = Budget(**{unit: 65 if unit == "tokens" else whole * Decimal("0.999")},
+                      count_tokens=False)
         async with client(server.url, over) as c:
             with pytest.raises(BudgetExceeded) as caught:
                 await c.generate(REQUEST)

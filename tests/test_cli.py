@@ -400,7 +400,11 @@ async def test_cli_session_survives_ctrl_c() -> None:
         assert process.stdin is not None and process.stdout is not None
         assert process.stderr is not None
         await process.stdin.send_all(b"endless\n")
-        assert b"tick" in await process.stdout.receive_some()
+        shown = b""
+        with trio.fail_after(20):  # the echoed prompt, then the first ticks
+            while b"tick" not in shown:
+                shown += await process.stdout.receive_some()
+        assert shown.startswith(b"> endless\n")
         process.send_signal(signal.SIGINT)
         await process.stdin.send_all(b"hello again\n")
         await process.stdin.aclose()
@@ -420,7 +424,7 @@ async def test_cli_session_keeps_the_conversation() -> None:
     async with open_replay_server(Reply(HELLO)) as server:
         result = await cuca(*openai_args(server.url, "-i"), stdin=b"one\n\ntwo\n/exit\nthree\n")
     assert result.returncode == 0, err(result)
-    assert out(result) == "Hello\nHello\n"
+    assert out(result) == "> one\nHello\n> two\nHello\n"  # each prompt read, then its answer
     assert len(server.requests) == 2
     messages = server.requests[1].json()["messages"]
     assert [(m["role"], m["content"]) for m in messages] == [

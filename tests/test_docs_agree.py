@@ -197,3 +197,60 @@ def test_engine_import_leaves_no_file_open_at_exit() -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "ResourceWarning" not in result.stderr, result.stderr
+
+
+# -- issue 35 §6: what the pages show, as they show it ----------------------------------
+
+
+def test_docs_examples_import_only_what_they_use() -> None:
+    """No page's examples (joined, as run_doc.py runs them) import a name they never
+    use: the README's first example imported Thinking and printed no thinking."""
+    import re
+
+    root = DOCS.parent
+    unused = {}
+    for path in [root / "README.md", *sorted(DOCS.glob("**/*.md"))]:
+        blocks = re.findall(r"^```python\n(.*?)^```", path.read_text(), flags=re.S | re.M)
+        if not blocks:
+            continue
+        found = subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F401",
+             "--output-format", "concise", "--stdin-filename", path.name, "-"],
+            input="\n\n".join(blocks), capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if found.returncode:
+            unused[str(path.relative_to(root))] = found.stdout
+    assert unused == {}
+
+
+def test_unified_page_lists_every_field_of_unified_response() -> None:
+    import attrs
+
+    from cuca import UnifiedResponse
+
+    names = ", ".join(field.name for field in attrs.fields(UnifiedResponse))
+    assert f"`UnifiedResponse({names})`" in page("unified.md")
+
+
+def test_cli_page_quotes_the_unrecognized_flag_error_as_printed() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cuca", "chat", "--max-token", "5", "hi"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    last = result.stderr.splitlines()[-1]
+    assert last == "cuca: error: unrecognized arguments: --max-token hi"
+    assert f"`cuca chat --max-token 5 hi` is `{last}`" in page("cli.md")
+
+
+def test_tools_page_says_how_the_local_tool_loop_test_shows_the_model() -> None:
+    """The local tool loop test shows SmolLM2 five worked examples, greedy, seeded: the
+    page says so rather than promising a 135M model calls tools cold."""
+    import test_tool_loop_local as local
+
+    request = local.shown_how()
+    worked = [m for m in request.messages if any(type(b).__name__ == "ToolCall" for b in m.content)]
+    assert len(worked) == len(local.CITIES) == 5
+    assert request.temperature == 0.0 and isinstance(local.SEED, int)
+    assert "five worked examples (question, call, result, answer), at temperature 0 with a " \
+        "fixed seed" in page("tools.md")

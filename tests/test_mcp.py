@@ -85,7 +85,7 @@ async def test_mcp_server_handshake_and_paginated_tools(transport: str) -> None:
         assert server.protocol_version
         tools = await server.tools()
     names = [tool.name for tool in tools]
-    assert names[:3] == ["echo", "get_weather", "add"] and len(names) == 12  # 4 pages
+    assert names[:3] == ["echo", "get_weather", "add"] and len(names) == 14  # 5 pages
     echo = tools[0]
     assert echo.description == "Say the text back."
     assert echo.schema["properties"] == {"text": {"type": "string"}}
@@ -143,11 +143,16 @@ async def test_mcp_results_text_structured_image_and_is_error(transport: str) ->
                 ("add", {"a": 2, "b": 3}),
                 ("picture", {}),
                 ("fail", {"reason": "no key"}),
+                ("forecast", {"city": "Oslo"}),
             ),
             answer_reply(),
         ]
         items, requests = await loop(replies, await server.tools())
     got = results(items)
+    # a text that only points at the structured content is followed by its JSON
+    pointed = 'See the structured content.\n{"city": "Oslo", "celsius": 18}'
+    assert got["call_4"] == ToolResult("call_4", pointed)
+    assert tool_messages(requests[1].json())["call_4"] == pointed
     assert got["call_0"] == ToolResult("call_0", "Paris: 18 C, light rain")
     assert got["call_1"] == ToolResult("call_1", '{"sum": 5}')
     assert got["call_2"] == ToolResult("call_2", "a pixel:\n[image: image/png, 70 bytes]")
@@ -175,6 +180,19 @@ def test_mcp_result_text_resources_and_structured_beside_text() -> None:
         content=[types.TextContent(type="text", text='{"a": 1}')], structured_content={"a": 1}
     )
     assert result_text(both) == '{"a": 1}'  # the text already carries it: not said twice
+    indented = types.CallToolResult(
+        content=[types.TextContent(type="text", text='{\n  "a": 1\n}')], structured_content={"a": 1}
+    )
+    assert result_text(indented) == '{\n  "a": 1\n}'  # the same value, however it is laid out
+    pointer = types.CallToolResult(
+        content=[types.TextContent(type="text", text="see the structured content")],
+        structured_content={"a": 1},
+    )
+    assert result_text(pointer) == 'see the structured content\n{"a": 1}'
+    other = types.CallToolResult(
+        content=[types.TextContent(type="text", text='{"a": 2}')], structured_content={"a": 1}
+    )
+    assert result_text(other) == '{"a": 2}\n{"a": 1}'  # a different value: both
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -258,10 +276,22 @@ async def test_mcp_dropped_loop_cancels_the_call_at_the_server(transport: str) -
         tools = {tool.name: tool for tool in await server.tools()}
         async with open_replay_server(calls_reply(("slow", {}))) as replay:
             async with CucaClient(ProviderEndpoint.OPENAI, base_url=replay.url, api_key="k") as c:
-                with trio.move_on_after(0.5):
-                    async with c.run_tools(REQUEST, list(tools.values())) as stream:
-                        async for _ in stream:
-                            pass
+                # dropped once the call runs at the server (not after a delay, which a
+                # busy machine may spend before the call is even sent)
+                with trio.CancelScope() as dropped:
+                    async with trio.open_nursery() as nursery:
+
+                        async def drop_once_started() -> None:
+                            with trio.fail_after(30):
+                                while await tools["started"].call({}) != "1":
+                                    await trio.sleep(0.01)
+                            dropped.cancel()
+
+                        nursery.start_soon(drop_once_started)
+                        async with c.run_tools(REQUEST, list(tools.values())) as stream:
+                            async for _ in stream:
+                                pass
+                assert dropped.cancelled_caught
         with trio.fail_after(10):
             while await tools["cancellations"].call({}) != "1":
                 await trio.sleep(0.01)

@@ -357,3 +357,39 @@ async def test_cuca_chat_log_records_turns_that_cuca_logs_shows(tmp_path: Path) 
     with SessionLog(db) as log:
         turns = log.turns()
     assert [t.request.messages[-1].text() for t in turns] == ["first question", "second question"]
+
+
+async def test_cuca_logs_shows_a_tool_loops_steps_with_their_results(tmp_path: Path) -> None:
+    """A tool loop logs a turn per step; `cuca logs` shows each step's calls with the
+    results the loop sent back, in the list and in the turn shown in full."""
+    from support.wire_replies import chat_call, chat_text
+
+    def weather(city: str) -> str:
+        """Current weather of a city."""
+        return f"{city}: 18 C\nlight rain"
+
+    def fail(reason: str) -> str:
+        """Always fails."""
+        raise ValueError(reason)
+
+    db = tmp_path / "loop.db"
+    two_calls = chat_call("weather", {"city": "Paris"}, "call_1")
+    replies = [Reply(two_calls), Reply(chat_call("fail", {"reason": "no key"}, "call_2")),
+               Reply(chat_text("Rain in Paris."))]  # fmt: skip
+    with SessionLog(db) as log:
+        async with open_replay_server(replies) as server, openai(server.url, log) as client:
+            async with client.run_tools(ask("Weather?"), [weather, fail]) as stream:
+                async for _ in stream:
+                    pass
+    listed = await trio.to_thread.run_sync(cuca_logs, str(db))
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 3
+    assert lines[0].endswith('weather({"city": "Paris"}) -> Paris: 18 C light rain')
+    assert lines[1].endswith('fail({"reason": "no key"}) -> error: ValueError: no key')
+    assert lines[2].endswith("Rain in Paris.")
+    shown = await trio.to_thread.run_sync(cuca_logs, str(db), "1")
+    assert shown.returncode == 0, shown.stderr
+    body = shown.stdout.splitlines()
+    at = body.index('[tool call] weather({"city": "Paris"})')
+    assert body[at + 1] == "[tool result call_1] Paris: 18 C light rain"

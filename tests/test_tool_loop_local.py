@@ -28,7 +28,8 @@ from cuca import (
 from cuca.engine import LocalModel, SamplingConfig, default_model_path
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "chatml_tools.jinja"
-CITIES = ["Paris", "Rome", "Oslo", "Lima", "Cairo"]
+CITIES = ["Paris", "Rome", "Oslo", "Lima", "Cairo"]  # the five worked examples
+SEED = 1234
 
 
 def get_weather(city: str) -> str:
@@ -43,7 +44,7 @@ def get_weather(city: str) -> str:
 @pytest.fixture(scope="module")
 def model() -> Iterator[LocalModel]:
     template = TEMPLATE.read_text()
-    sampling = SamplingConfig(seed=1234)
+    sampling = SamplingConfig(seed=SEED)
     with LocalModel.load(default_model_path(), n_ctx=2048, sampling=sampling,
                          chat_template=template) as loaded:  # fmt: skip
         yield loaded

@@ -155,7 +155,8 @@ async def chat(settings: ChatSettings, console: Console, stdin_tty: bool = False
                     assert settings.prompt is not None
                     first = request.add_user_message(settings.prompt)
                     return await _run_once(client, first, renderer, tools)
-                session = Session(client, request, renderer, console, tools)
+                echo = not stdin_tty and not settings.json  # a piped session shows its prompts
+                session = Session(client, request, renderer, console, tools, echo)
                 read = line_reader(console, sys.stdin, stdin_tty)
                 editing = stdin_tty and console.out_tty  # input() reads the lines then
                 with line_editing(settings.history) if editing else nullcontext():

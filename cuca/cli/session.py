@@ -5,6 +5,10 @@ turn's merged blocks, so the next request repeats the whole history. With the lo
 engine this is what makes prefix reuse visible: every turn after the first reads most
 of its prompt from the cache (``cache read`` in the usage line).
 
+A session fed from a pipe (``cuca chat -i < prompts.txt``) echoes each prompt it read
+on stdout as ``> prompt`` before its answer, so the output reads as the conversation
+(on a terminal the user's own typing shows it; JSON lines are left as they are).
+
 A turn that fails or is stopped with Ctrl-C leaves the conversation as it was before
 the user's message, and the session goes on. Ctrl-D, ``/exit`` or ``/quit`` end it;
 ``/reset`` forgets the conversation. Ctrl-C at the prompt ends the session (exit 130).
@@ -92,9 +96,11 @@ class Session:
         renderer: Renderer,
         console: Console,
         tools: Sequence[Tool] = (),
+        echo: bool = False,
     ) -> None:
         self.client = client
         self.tools = tools
+        self.echo = echo
         self.start = start
         self.request = start
         self.renderer = renderer
@@ -124,6 +130,9 @@ class Session:
 
     async def turn(self, text: str) -> None:
         """One exchange; the conversation grows only when the turn completed."""
+        if self.echo:
+            self.console.out.write(f"{PROMPT}{text}\n")
+            self.console.out.flush()
         request = self.request.add_user_message(text)
         try:
             if self.tools:

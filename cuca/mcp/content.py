@@ -10,8 +10,10 @@ A ``tools/call`` result holds content blocks, perhaps ``structuredContent``, and
 | embedded resource | its text, or ``[resource: <uri>, <mime type>, N bytes]`` for a blob |
 | resource link | ``[resource link: <name> <uri>]`` |
 
-``structuredContent`` is sent as its JSON when no text block came with it (the spec
-asks servers to repeat it as a text block; sending both would say it twice).
+``structuredContent`` is sent as its JSON, after the blocks, unless a text block
+already holds it (the spec asks servers to repeat it as a text block: a text that parses
+as the same JSON value is not said twice; a text that only points at it, "see the
+structured content", is not the value).
 """
 
 from __future__ import annotations
@@ -27,10 +29,22 @@ __all__ = ["result_text"]
 def result_text(result: types.CallToolResult) -> str:
     """The text the model reads for ``result`` (``isError`` is the caller's to read)."""
     lines = [_block_text(block) for block in result.content]
-    has_text = any(isinstance(block, types.TextContent) for block in result.content)
-    if result.structured_content is not None and not has_text:
-        lines.append(json.dumps(result.structured_content, ensure_ascii=False))
+    structured = result.structured_content
+    if structured is not None and not _holds(result.content, structured):
+        lines.append(json.dumps(structured, ensure_ascii=False))
     return "\n".join(lines)
+
+
+def _holds(content: list[Any], value: object) -> bool:
+    """Whether a text block of ``content`` is ``value`` written as JSON."""
+    for block in content:
+        if isinstance(block, types.TextContent):
+            try:
+                if json.loads(block.text) == value:
+                    return True
+            except ValueError:
+                continue
+    return False
 
 
 def _block_text(block: Any) -> str:

@@ -5,8 +5,10 @@ streamable HTTP on a free loopback port and prints ``PORT <n>`` once it listens.
 ``--page-size N`` splits ``tools/list`` into pages of N tools.
 
 Its tools: ``echo(text)``, ``get_weather(city)``, ``add(a, b)`` (structured content
-only), ``picture()`` (an image), ``fail(reason)`` (an ``isError`` result), ``slow()``
-(sleeps until cancelled, and counts the cancellations), ``cancellations()``,
+only), ``forecast(city)`` (a text that only points at its structured content),
+``picture()`` (an image), ``fail(reason)`` (an ``isError`` result), ``slow()``
+(sleeps until cancelled, and counts the calls and the cancellations), ``started()``
+(how many slow calls began), ``cancellations()``,
 ``grow()`` (adds a tool ``extra``, then sends ``notifications/tools/list_changed``),
 ``die()`` (the process kills itself mid-call), ``pid()``, ``header()``
 (the request's ``X-Cuca-Test`` header, over HTTP), ``where()`` (``$CUCA_TEST`` and
@@ -50,8 +52,10 @@ TOOLS = [
     _tool("get_weather", "Current weather of a city.", city="string"),
     _tool("add", "a + b.", a="number", b="number"),
     _tool("picture", "A 1x1 PNG."),
+    _tool("forecast", "Tomorrow's forecast of a city, as structured content.", city="string"),
     _tool("fail", "Always fails.", reason="string"),
     _tool("slow", "Never ends."),
+    _tool("started", "How many slow calls began."),
     _tool("cancellations", "How many slow calls were cancelled."),
     _tool("grow", "Add the tool extra."),
     _tool("die", "Kill the server."),
@@ -67,6 +71,7 @@ class State:
         self.page_size = page_size
         self.tools = list(TOOLS)
         self.cancelled = 0
+        self.started = 0
 
 
 def text(value: str) -> types.CallToolResult:
@@ -92,6 +97,10 @@ def build(state: State) -> Server[Any]:
         if name == "add":
             total = {"sum": args["a"] + args["b"]}
             return types.CallToolResult(content=[], structured_content=total)
+        if name == "forecast":
+            pointer = types.TextContent(type="text", text="See the structured content.")
+            value = {"city": args["city"], "celsius": 18}
+            return types.CallToolResult(content=[pointer], structured_content=value)
         if name == "picture":
             data = base64.b64encode(PIXEL).decode()
             image = types.ImageContent(type="image", data=data, mime_type="image/png")
@@ -101,11 +110,14 @@ def build(state: State) -> Server[Any]:
             refusal = types.TextContent(type="text", text=f"refused: {args['reason']}")
             return types.CallToolResult(content=[refusal], is_error=True)
         if name == "slow":
+            state.started += 1
             try:
                 await anyio.sleep_forever()
             except anyio.get_cancelled_exc_class():
                 state.cancelled += 1
                 raise
+        if name == "started":
+            return text(str(state.started))
         if name == "cancellations":
             return text(str(state.cancelled))
         if name == "grow":
