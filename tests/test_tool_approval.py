@@ -281,7 +281,12 @@ def returns_a_word(call: ToolCall) -> str:
     return "yes"
 
 
+def only_paris(call: ToolCall) -> bool:  # decides on the call it is given
+    return call.arguments == {"city": "Paris"}
+
+
 FORMS = {
+    "by_the_call": (only_paris, ["Paris"], "booked in Paris", "approved", "only_paris"),
     "no_approver": (None, [], "denied: book needs approval and the loop has no approver",
                     "denied", "no approver"),
     "true": (says_yes, ["Paris"], "booked in Paris", "approved", "says_yes"),
@@ -317,3 +322,24 @@ async def test_tool_approval_answers_in_every_form_decide_the_call(form: str) ->
     assert (event.outcome, event.by) == (outcome, by)
     assert event.arguments is None
     assert 0 <= event.seconds <= elapsed
+
+
+@pytest.mark.parametrize(
+    ("decision", "outcome"),
+    [
+        (Approval(True, None, "low risk", "dan"), "approved"),
+        (Approval(True, {"city": "Lyon"}, "Paris is full", "dan"), "edited"),
+        (Approval.deny("over the limit", by="dan"), "denied"),
+    ],
+    ids=["approved", "edited", "denied"],
+)
+async def test_tool_approval_records_the_reason_of_every_decision(
+    decision: Approval, outcome: str
+) -> None:
+    """docs/tools.md: every decision reaches the observers with its ``reason`` (an
+    approval's too, not only a denial's); ``Approval.deny()`` is not approved."""
+    events = Events()
+    await run_booking(FAMILIES[0], lambda call: decision, (events,))
+    (event,) = events.events
+    assert (event.outcome, event.reason, event.by) == (outcome, decision.reason, "dan")
+    assert Approval.deny().approved is False and Approval.allow().approved is True
