@@ -60,6 +60,7 @@ from .stream import merge_blocks as merge_blocks
 from .types import AnthropicThinkingParams as AnthropicThinkingParams
 from .types import Block as Block
 from .types import CompactionReport as CompactionReport
+from .types import FinishReason as FinishReason
 from .types import GeminiThinkingParams as GeminiThinkingParams
 from .types import ImageBase64 as ImageBase64
 from .types import MessageRole as MessageRole
@@ -77,6 +78,8 @@ from .types import ThinkingParams as ThinkingParams
 from .types import TokenCount as TokenCount
 from .types import TokenUsage as TokenUsage
 from .types import ToolCall as ToolCall
+from .types import ToolChoice as ToolChoice
+from .types import ToolChoiceMode as ToolChoiceMode
 from .types import ToolDefinition as ToolDefinition
 from .types import ToolResult as ToolResult
 from .types import TurnSummary as TurnSummary

@@ -14,7 +14,7 @@ import attrs
 
 from .errors import ConfigurationError
 
-__all__ = ["kind", "of_type", "optional", "positive_int", "real_in", "seconds"]
+__all__ = ["int_in", "kind", "of_type", "optional", "positive_int", "real_in", "seconds"]
 
 
 def kind(value: object) -> str:
@@ -57,6 +57,19 @@ def positive_int(instance: object, attribute: attrs.Attribute[Any], value: objec
         raise ConfigurationError(
             f"{_name(instance, attribute)} must be a positive integer, not {kind(value)}"
         )
+
+
+def int_in(low: int, high: int) -> Any:
+    """An ``int`` within ``[low, high]`` (not a ``bool``, not a float)."""
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigurationError(
+                f"{_name(instance, attribute)} must be an integer from {low} to {high}, "
+                f"not {kind(value)}"
+            )
+
+    return check
 
 
 def real_in(low: float, high: float) -> Any:

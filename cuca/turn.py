@@ -94,6 +94,7 @@ class EndOfTurn:
             usage=summary.usage,
             prompt_cache_usage=summary.prompt_cache_usage,
             finish_reason=summary.finish_reason,
+            provider_finish_reason=summary.provider_finish_reason,
             counted_usage=summary.counted_usage,
             endpoint=self.endpoint,
             cached=self.cached,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import attrs
 
-from ._checks import kind, of_type, optional, positive_int, real_in
+from ._checks import int_in, kind, of_type, optional, positive_int, real_in
 from ._prices import price
 from ._typeschema import json_schema_of
 from .errors import ConfigurationError
@@ -28,6 +28,7 @@ __all__ = [
     "Block",
     "CompactionReport",
     "CompactionStep",
+    "FinishReason",
     "GeminiThinkingParams",
     "ImageBase64",
     "MessageRole",
@@ -45,6 +46,8 @@ __all__ = [
     "TokenCount",
     "TokenUsage",
     "ToolCall",
+    "ToolChoice",
+    "ToolChoiceMode",
     "ToolDefinition",
     "ToolResult",
     "TurnSummary",
@@ -316,15 +319,33 @@ def _block(value: object) -> Block:
     return value  # type: ignore[return-value]
 
 
+CONTENT_FORMS = (
+    "a string, a block (Text, ImageBase64, Thinking, ToolCall, ToolResult), "
+    "or a list of strings and blocks"
+)
+"""The forms message content takes, as a refusal names them."""
+
+
 def _content(value: str | Block | Iterable[Block | str]) -> tuple[Block, ...]:
-    if isinstance(value, (str, *BLOCK_TYPES)):
+    """A message's content as blocks, from one of :data:`CONTENT_FORMS`.
+
+    A mapping (a vendor-shaped part such as ``{"type": "text", "text": ...}``), bytes
+    and a set are refused: iterated, a dict gives its keys, bytes their integers and a
+    set no order, so each would reach the model as something the user never wrote.
+    """
+    if isinstance(value, str | Text | ImageBase64 | Thinking | ToolCall | ToolResult):
         return (_block(value),)
+    if isinstance(value, Mapping | bytes | bytearray | memoryview | set | frozenset):
+        hint = ""
+        if isinstance(value, Mapping):
+            hint = ": a vendor-shaped part is not read, write its text as a string or Text(...)"
+        elif not isinstance(value, set | frozenset):
+            hint = ": decode bytes to a string first"
+        raise ConfigurationError(f"message content is {CONTENT_FORMS}, not {kind(value)}{hint}")
     try:
-        items = tuple(value)  # type: ignore[arg-type]
+        items = tuple(value)
     except TypeError:
-        raise ConfigurationError(
-            f"message content is a string, a block or blocks, not {kind(value)}"
-        ) from None
+        raise ConfigurationError(f"message content is {CONTENT_FORMS}, not {kind(value)}") from None
     return tuple(_block(item) for item in items)
 
 
@@ -523,6 +544,109 @@ def _tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
     return _items(value, ToolDefinition, "UnifiedRequest.tools")
 
 
+class ToolChoiceMode(enum.Enum):
+    """Whether the model may, must or must not call a tool."""
+
+    AUTO = "auto"
+    """It decides (what every backend does when no choice is sent)."""
+    NONE = "none"
+    """It answers in text and calls no tool, even with tools declared."""
+    REQUIRED = "required"
+    """It calls at least one of the declared tools."""
+    TOOL = "tool"
+    """It calls the one tool :attr:`ToolChoice.name`."""
+
+
+def _tool_name(instance: ToolChoice, attribute: Any, value: str | None) -> None:
+    if instance.mode is ToolChoiceMode.TOOL:
+        if not isinstance(value, str) or not value:
+            raise ConfigurationError(
+                f"ToolChoice.name must name the tool to call, not {kind(value)}"
+            )
+    elif value is not None:
+        raise ConfigurationError(
+            f"ToolChoice.name is for mode TOOL only, not {instance.mode.value!r}"
+        )
+
+
+@attrs.frozen
+class ToolChoice:
+    """Whether the model may call tools: ``ToolChoice.AUTO``, ``NONE``, ``REQUIRED``, or
+    ``ToolChoice.tool(name)`` for one named tool.
+
+    :meth:`UnifiedRequest.set_tool_choice` also takes ``"auto"``, ``"none"`` and
+    ``"required"``. Each adapter sends its wire's control (docs/unified.md lists them);
+    a choice other than ``AUTO`` and ``NONE`` needs tools declared, and a named tool must
+    be one of them.
+    """
+
+    mode: ToolChoiceMode = attrs.field(validator=of_type(ToolChoiceMode, what="a ToolChoiceMode"))
+    name: str | None = attrs.field(default=None, validator=_tool_name)
+
+    AUTO: ClassVar[ToolChoice]
+    NONE: ClassVar[ToolChoice]
+    REQUIRED: ClassVar[ToolChoice]
+
+    @classmethod
+    def tool(cls, name: str) -> ToolChoice:
+        """The model must call the tool ``name`` (one of the request's tools)."""
+        return cls(ToolChoiceMode.TOOL, name)
+
+    def check(self, tools: Iterable[ToolDefinition]) -> None:
+        """Refuse a choice the request's ``tools`` cannot meet (every adapter calls it
+        before sending): ``REQUIRED`` or a named tool without tools, or a name that is
+        not one of them."""
+        names = [tool.name for tool in tools]
+        if self.mode is ToolChoiceMode.REQUIRED and not names:
+            raise ConfigurationError("tool_choice 'required' needs tools: add_tool(...) first")
+        if self.mode is ToolChoiceMode.TOOL and self.name not in names:
+            declared = ", ".join(repr(n) for n in names) or "none"
+            raise ConfigurationError(
+                f"tool_choice names the tool {self.name!r}, which the request does not "
+                f"declare (its tools: {declared})"
+            )
+
+    def __str__(self) -> str:
+        return f"tool:{self.name}" if self.mode is ToolChoiceMode.TOOL else self.mode.value
+
+
+ToolChoice.AUTO = ToolChoice(ToolChoiceMode.AUTO)
+ToolChoice.NONE = ToolChoice(ToolChoiceMode.NONE)
+ToolChoice.REQUIRED = ToolChoice(ToolChoiceMode.REQUIRED)
+
+
+def _tool_choice(value: ToolChoice | str | None) -> ToolChoice | None:
+    """A :class:`ToolChoice` from itself or ``"auto"``, ``"none"``, ``"required"``."""
+    if value is None or isinstance(value, ToolChoice):
+        return value
+    if isinstance(value, str) and value in ("auto", "none", "required"):
+        return ToolChoice(ToolChoiceMode(value))
+    raise ConfigurationError(
+        "UnifiedRequest.tool_choice must be 'auto', 'none', 'required' or "
+        f"ToolChoice.tool(name), not {kind(value)}"
+    )
+
+
+def _stop(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Stop sequences as a tuple of non-empty strings (one string is one sequence)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = (value,)
+    elif isinstance(value, Mapping | bytes | bytearray | memoryview | set | frozenset):
+        raise ConfigurationError(
+            f"UnifiedRequest.stop must be a string or a list of strings, not {kind(value)}"
+        )
+    items = _items(value, str, "UnifiedRequest.stop")
+    if any(not item for item in items):
+        raise ConfigurationError("UnifiedRequest.stop holds an empty string, which stops nothing")
+    return tuple(dict.fromkeys(items))
+
+
+MAX_SEED = 2**31 - 1
+"""The largest seed every backend takes (Gemini's is a 32-bit signed integer)."""
+
+
 MAX_TEMPERATURE = 2.0
 """The highest temperature any vendor takes (OpenAI, Gemini, DeepSeek: 0 to 2;
 Anthropic: 0 to 1, checked by its adapter)."""
@@ -557,8 +681,9 @@ class CompactionReport:
 class UnifiedRequest:
     """One turn's request, the same for every backend.
 
-    Unset optional fields (``temperature``, ``max_tokens``, ``thinking``) are omitted from
-    the wire rather than defaulted, except where a vendor requires them. ``provider`` is
+    Unset optional fields (``temperature``, ``max_tokens``, ``thinking``, ``stop``,
+    ``seed``, ``top_p``, ``tool_choice``) are omitted from the wire rather than
+    defaulted, except where a vendor requires them. ``provider`` is
     overwritten by the client before any hook runs, so it can never mis-route a request.
     """
 
@@ -586,6 +711,17 @@ class UnifiedRequest:
     compaction: CompactionReport | None = None
     """What a compactor plugin did to this request (``cuca.Compactor``); never sent.
     The turn's response carries it on."""
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_stop)
+    """Sequences that end the answer when the model writes one (not included in it)."""
+    seed: int | None = attrs.field(default=None, validator=optional(int_in(0, MAX_SEED)))
+    """A seed for the sampler's draws, where the backend takes one: the same request
+    and seed then tend to give the same answer (no backend promises it)."""
+    top_p: float | None = attrs.field(default=None, validator=optional(real_in(0.0, 1.0)))
+    """Nucleus sampling: draw only from the most likely tokens whose probabilities add
+    up to ``top_p``."""
+    tool_choice: ToolChoice | None = attrs.field(default=None, converter=_tool_choice)
+    """Whether the model may, must or must not call a tool (unset: the backend's
+    default, which is ``AUTO`` everywhere)."""
 
     @classmethod
     def new(cls, model: str) -> UnifiedRequest:
@@ -650,6 +786,24 @@ class UnifiedRequest:
             tool = ToolDefinition(tool, description, schema)
         return attrs.evolve(self, tools=(*self.tools, tool))
 
+    def set_stop(self, stop: str | Iterable[str] | None) -> UnifiedRequest:
+        """End the answer at any of these sequences (one string is one sequence;
+        ``None`` or ``[]`` removes them)."""
+        return attrs.evolve(self, stop=stop)
+
+    def set_seed(self, seed: int | None) -> UnifiedRequest:
+        """Seed the sampler (0 to 2**31 - 1), on the backends that take a seed."""
+        return attrs.evolve(self, seed=seed)
+
+    def set_top_p(self, top_p: float | None) -> UnifiedRequest:
+        """Sample from the smallest set of tokens whose probabilities reach ``top_p``."""
+        return attrs.evolve(self, top_p=top_p)
+
+    def set_tool_choice(self, tool_choice: ToolChoice | str | None) -> UnifiedRequest:
+        """``"auto"``, ``"none"``, ``"required"``, a :class:`ToolChoice`
+        (``ToolChoice.tool("get_weather")`` for one named tool), or ``None`` to send none."""
+        return attrs.evolve(self, tool_choice=tool_choice)
+
     def set_prompt_cache(self, prompt_cache: PromptCache | None) -> UnifiedRequest:
         return attrs.evolve(self, prompt_cache=prompt_cache)
 
@@ -677,6 +831,31 @@ class UnifiedRequest:
 
 
 # -- the end of a turn ---------------------------------------------------------------
+
+
+class FinishReason(enum.StrEnum):
+    """Why a turn's answer ended, the same on every backend.
+
+    Each adapter maps its wire's own reason here and keeps that string beside it
+    (``UnifiedResponse.provider_finish_reason``); docs/unified.md has the table. A str
+    enum: ``FinishReason.STOP == "stop"``.
+    """
+
+    STOP = "stop"
+    """The model finished its answer, or wrote one of the request's stop sequences."""
+    LENGTH = "length"
+    """Cut by ``max_tokens`` (while thinking too) or by the end of the context window."""
+    TOOL_CALLS = "tool_calls"
+    """The model called tools and waits for their results."""
+    CONTENT_FILTER = "content_filter"
+    """The provider's safety filter stopped or withheld the answer."""
+    REFUSAL = "refusal"
+    """The model declined to answer (Anthropic's ``refusal``)."""
+    ERROR = "error"
+    """The provider ended the answer on a fault of its own (a malformed tool call,
+    resources exhausted) without an error status."""
+    OTHER = "other"
+    """A reason none of the above names (kept in ``provider_finish_reason``)."""
 
 
 @attrs.frozen
@@ -709,13 +888,15 @@ class TurnSummary:
 
     ``counted_usage`` holds counts the adapter made itself where the server reports
     none (llama.cpp's ``/completion`` route: ``prompt_tokens`` 0, ``completion_tokens``
-    one per Text block), while ``usage`` stays ``None``.
+    one per Text block), while ``usage`` stays ``None``. ``finish_reason`` is the
+    normalised reason, ``provider_finish_reason`` the wire's own string.
     """
 
     usage: TokenUsage | None = None
     prompt_cache_usage: PromptCacheUsage | None = None
     finish_reason: str | None = None
     counted_usage: TokenUsage | None = None
+    provider_finish_reason: str | None = None
 
 
 @attrs.frozen
@@ -738,6 +919,8 @@ class UnifiedResponse:
     usage: TokenUsage | None = None
     prompt_cache_usage: PromptCacheUsage | None = None
     finish_reason: str | None = None
+    """Why the answer ended, the same on every backend (``None`` when the turn has no
+    end: a turn cut short raises instead)."""
     counted_usage: TokenUsage | None = None
     """Counts the adapter made itself where the server reports no usage (llama.cpp's
     ``/completion`` route); ``None`` elsewhere. Not token counts: see the provider page."""
@@ -747,6 +930,11 @@ class UnifiedResponse:
     """What a compactor did to the request before it was sent (tokens before and after,
     what each strategy removed), or ``None`` when none ran or nothing was changed."""
     batch: bool = False
+    provider_finish_reason: str | None = None
+    """The backend's own word for ``finish_reason``, as its wire sent it (``"end_turn"``,
+    ``"STOP"``, llama.cpp's ``stop_type``); the local engine's is its own: ``"stop"``
+    (an end-of-generation token), ``"stop_sequence"``, ``"length"`` (``max_tokens``) or
+    ``"context_length"`` (the context is full)."""
 
     @property
     def cost(self) -> Decimal | None:

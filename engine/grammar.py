@@ -1,5 +1,12 @@
-"""Constrained decoding for structured output: a llama.cpp grammar (GBNF) built from the
-request's JSON Schema with llama-cpp-python's converter.
+"""Constrained decoding: a llama.cpp grammar (GBNF) built with llama-cpp-python's
+converter from the request's JSON Schema (structured output), or from its tools' schemas
+when the request forces a tool call (``tool_choice`` ``REQUIRED`` or one named tool).
+
+A forced call is the model's own tool syntax around one call object whose ``name`` is a
+tool allowed and whose arguments follow that tool's schema (:func:`tool_gbnf`): Hermes'
+``<tool_call>`` tags, Llama 3's bare ``{"name": ..., "parameters": ...}``, Mistral's
+``[TOOL_CALLS][...]``. Once the call is written the grammar admits only the end of the
+turn, so the answer is that one call.
 
 The grammar sampler goes first in the turn's sampler chain (see
 :meth:`~cuca.engine.backend.LlamaBackend.sampler`): every candidate token that would
@@ -29,9 +36,11 @@ from types import ModuleType
 from typing import Any
 
 from cuca.errors import ConfigurationError
-from cuca.types import OutputSchema
+from cuca.types import OutputSchema, ToolChoice, ToolChoiceMode, ToolDefinition
 
-__all__ = ["MAX_ENUMERATED", "GrammarSampler", "bounded_number_rule", "gbnf_for"]
+from .formats import ToolSyntax
+
+__all__ = ["MAX_ENUMERATED", "GrammarSampler", "bounded_number_rule", "gbnf_for", "tool_gbnf"]
 
 MAX_ENUMERATED = 2000
 """The widest integer range a grammar lists value by value."""
@@ -53,14 +62,58 @@ def gbnf_for(spec: OutputSchema | None) -> str | None:
     return _compile(json.dumps(dict(spec.schema), sort_keys=True))
 
 
+_FORCED_CALL: dict[ToolSyntax, tuple[str, str]] = {
+    ToolSyntax.HERMES: ("arguments", 'root ::= "<tool_call>\\n" call "\\n"? "</tool_call>"'),
+    ToolSyntax.LLAMA3_JSON: ("parameters", "root ::= call"),
+    ToolSyntax.MISTRAL: ("arguments", 'root ::= "[TOOL_CALLS][" call "]"'),
+}
+"""Per tool syntax: the key of a call's arguments, and the grammar's root around the
+call object (the rule ``call``)."""
+
+
+def tool_gbnf(
+    syntax: ToolSyntax | None, tools: tuple[ToolDefinition, ...], choice: ToolChoice | None
+) -> str | None:
+    """The grammar that makes the model call a tool ``choice`` allows, in its ``syntax``;
+    ``None`` when ``choice`` forces no call. A syntax no grammar is written for (gpt-oss'
+    harmony channels) is a ``ConfigurationError``."""
+    if choice is None or choice.mode in (ToolChoiceMode.AUTO, ToolChoiceMode.NONE):
+        return None
+    choice.check(tools)
+    if syntax not in _FORCED_CALL:
+        raise ConfigurationError(
+            f"the local engine cannot force a tool call in this model's tool syntax "
+            f"({syntax.value if syntax else 'none'}): leave tool_choice unset or 'auto'"
+        )
+    key, root = _FORCED_CALL[syntax]
+    allowed = [t for t in tools if choice.mode is ToolChoiceMode.REQUIRED or t.name == choice.name]
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.name}, key: dict(t.input_schema)},
+            "required": ["name", key],
+            "additionalProperties": False,
+        }
+        for t in allowed
+    ]
+    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    body = _compile(json.dumps(schema, sort_keys=True), "call", ("name", key))
+    return f"{root}\n{body}"
+
+
 @functools.lru_cache(maxsize=32)
-def _compile(schema_text: str) -> str:
+def _compile(schema_text: str, rule: str = "", first: tuple[str, ...] = ()) -> str:
+    """The GBNF of a schema, its top rule named ``rule`` (``root`` when empty), the
+    properties named in ``first`` written first, in that order."""
     try:
         converter = _converter_class()(
-            prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+            prop_order={name: i for i, name in enumerate(first)},
+            allow_fetch=False,
+            dotall=False,
+            raw_pattern=False,
         )
         schema = converter.resolve_refs(json.loads(schema_text), "stdin")
-        converter.visit(schema, "")
+        converter.visit(schema, rule)
         grammar: str = converter.format_grammar().replace(_LOOSE_CHAR, _JSON_CHAR)
     except Exception as exc:  # the converter raises bare AssertionError/KeyError/...
         message = f"the local engine cannot build a grammar from this schema: {exc!r}"

@@ -19,13 +19,15 @@ import weakref
 from pathlib import Path
 from typing import Protocol
 
+import attrs
+
 from cuca.errors import ConfigurationError, ContextOverflowError
-from cuca.types import ImageBase64, MessageRole, Text, Thinking, UnifiedRequest
+from cuca.types import ImageBase64, MessageRole, Text, Thinking, ToolChoiceMode, UnifiedRequest
 
 from .backend import LlamaBackend
 from .formats import Capabilities, OutputFormat, RenderedTurn
 from .gguf import byte_order
-from .grammar import gbnf_for
+from .grammar import gbnf_for, tool_gbnf
 from .output import format_markers
 from .prompt import PromptGuard
 from .records import TokenSink
@@ -344,16 +346,39 @@ class LocalModel:
                 requested=len(prompt),
             )
         fmt = rendered.output_format
+        thinking = request.thinking is not None and request.thinking.enabled
         return PreparedTurn(
             prompt=tuple(prompt),
             output_format=fmt,
-            thinking_enabled=request.thinking is not None and request.thinking.enabled,
-            steps=self.sampling.steps(request.temperature),
+            thinking_enabled=thinking,
+            steps=self.sampling.steps(request.temperature, top_p=request.top_p, seed=request.seed),
             max_tokens=request.max_tokens,
             hidden=self._hidden_tokens(fmt),
-            grammar=gbnf_for(request.output_schema),
+            grammar=self._grammar(request, fmt, thinking),
             alone=self._alone(request, rendered.text, sizes, fmt) if self._exact else None,
+            stop=request.stop,
         )
+
+    def _grammar(self, request: UnifiedRequest, fmt: OutputFormat, thinking: bool) -> str | None:
+        """The turn's grammar: the output schema's, or a forced tool call's. A forced
+        call writes nothing before it, so it cannot follow reasoning: with thinking on
+        (or a prompt that opens a reasoning block) it is refused, as Anthropic refuses
+        forced tool use with extended thinking."""
+        forced = tool_gbnf(fmt.tool_syntax, request.tools, request.tool_choice)
+        if forced is None:
+            return gbnf_for(request.output_schema)
+        if request.output_schema is not None:
+            raise ConfigurationError(
+                "the local engine cannot force a tool call and an output schema in one "
+                "turn: set one of tool_choice and output_schema"
+            )
+        if thinking or fmt.starts_in_thinking:
+            raise ConfigurationError(
+                f"the local engine forces a tool call (tool_choice {request.tool_choice}) "
+                "through a grammar that leaves no room for reasoning: turn thinking off, "
+                "or leave tool_choice unset or 'auto'"
+            )
+        return forced
 
     def _alone(
         self,
@@ -433,8 +458,12 @@ class LocalModel:
         return hidden
 
     def _render(self, request: UnifiedRequest) -> RenderedTurn:
-        """The request rendered once: protected prompt text and output format."""
+        """The request rendered once: protected prompt text and output format. With
+        ``tool_choice`` ``NONE`` the tools are left out of the prompt: a model shown no
+        tools calls none (a small model does not reliably obey an instruction not to)."""
         _check_request(request)
+        if request.tool_choice is not None and request.tool_choice.mode is ToolChoiceMode.NONE:
+            request = attrs.evolve(request, tools=())
         return self.template.render_turn(self._guard.protect(request))
 
     def _tokenize(self, protected: str) -> list[int]:

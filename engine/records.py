@@ -5,8 +5,8 @@ to the ``output_parse`` stage. Between them travel plain records, defined here s
 neither the model (which produces them) nor the worker stages (which consume them)
 import each other: a :class:`TurnStart` first (made by the worker from the prepared
 turn, on the trio side), then one ``str`` per generated token (possibly empty: half of a
-UTF-8 character, or a control token that is not part of the output format), then a
-:class:`TurnEnd`.
+UTF-8 character, a control token that is not part of the output format, or text held
+back by a stop-sequence check), at most one :class:`Held`, then a :class:`TurnEnd`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from cuca.types import PromptCacheUsage, UnifiedRequest
 
 from .formats import OutputFormat
 
-__all__ = ["TokenSink", "TurnEnd", "TurnStart"]
+__all__ = ["Held", "TokenSink", "TurnEnd", "TurnStart"]
 
 
 @attrs.frozen
@@ -34,13 +34,22 @@ class TurnStart:
     request: UnifiedRequest | None = None
 
 
+class Held(str):
+    """Text a stop-sequence check held back (it might have begun a stop sequence) and
+    sends when the answer ends without one: the end of earlier tokens' text, not a token
+    of its own."""
+
+    __slots__ = ()
+
+
 @attrs.frozen
 class TurnEnd:
     """Sent after the last token.
 
-    ``finish_reason``: ``"stop"`` (an end-of-generation token), ``"length"``
-    (``max_tokens`` reached), ``"context_length"`` (the context is full) or
-    ``"cancelled"`` (the stream was dropped). A character cut in half by the last token
+    ``finish_reason``: ``"stop"`` (an end-of-generation token), ``"stop_sequence"``
+    (one of the request's stop sequences), ``"length"`` (``max_tokens`` reached),
+    ``"context_length"`` (the context is full) or ``"cancelled"`` (the stream was
+    dropped). A character cut in half by the last token
     is not sent at all (no U+FFFD); its tokens count in ``completion_tokens``.
     """
 

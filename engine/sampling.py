@@ -1,9 +1,9 @@
 """How the engine picks each token: the per-model sampling settings.
 
-``top_k``, ``top_p`` and ``seed`` are properties of a loaded model; ``temperature`` is
-per request, with :attr:`SamplingConfig.temperature` as the fallback when a request
-sets none. :meth:`SamplingConfig.steps` turns a request's temperature into the chain
-of samplers the engine builds, so the choice is testable without llama.cpp.
+``top_k``, ``top_p``, ``seed`` and ``temperature`` are a loaded model's defaults; a
+request's own ``temperature``, ``top_p`` and ``seed`` win over them, turn by turn.
+:meth:`SamplingConfig.steps` turns a request's values into the chain of samplers the
+engine builds, so the choice is testable without llama.cpp.
 """
 
 from __future__ import annotations
@@ -36,12 +36,13 @@ def _seed(instance: object, attribute: attrs.Attribute[int | None], value: int |
 
 @attrs.frozen
 class SamplingConfig:
-    """Sampling settings of a loaded model.
+    """Sampling defaults of a loaded model.
 
     ``top_k`` (0 disables it) and ``top_p`` narrow the candidates; ``seed`` fixes the
     random draws, so the same request on the same model gives the same output (``None``
-    draws a fresh seed each turn). ``temperature`` applies to requests that set none;
-    a temperature of 0 always means greedy decoding.
+    draws a fresh seed each turn). ``temperature``, ``top_p`` and ``seed`` apply to
+    requests that set none (``UnifiedRequest.temperature``, ``top_p``, ``seed``); a
+    temperature of 0 always means greedy decoding.
     """
 
     top_k: int = attrs.field(default=40, validator=_non_negative)
@@ -49,20 +50,28 @@ class SamplingConfig:
     seed: int | None = attrs.field(default=None, validator=_seed)
     temperature: float = DEFAULT_TEMPERATURE
 
-    def steps(self, temperature: float | None) -> tuple[SamplerStep, ...]:
-        """The sampler chain for one turn at ``temperature`` (``None``: the default).
+    def steps(
+        self,
+        temperature: float | None,
+        *,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> tuple[SamplerStep, ...]:
+        """The sampler chain for one turn at a request's ``temperature``, ``top_p`` and
+        ``seed`` (each ``None``: this config's).
 
-        Greedy at 0 (or below); else top-k, top-p, temperature, then a seeded draw.
+        Greedy at temperature 0 (or below); else top-k, top-p, temperature, then a
+        seeded draw.
         """
         temp = self.temperature if temperature is None else temperature
         if temp <= 0.0:
             return (SamplerStep("greedy"),)
-        seed = RANDOM_SEED if self.seed is None else self.seed
+        seed = self.seed if seed is None else seed
         return (
             SamplerStep("top_k", self.top_k),
-            SamplerStep("top_p", self.top_p),
+            SamplerStep("top_p", self.top_p if top_p is None else top_p),
             SamplerStep("temp", temp),
-            SamplerStep("dist", seed),
+            SamplerStep("dist", RANDOM_SEED if seed is None else seed),
         )
 
 

@@ -37,10 +37,11 @@ from cuca.types import PromptCacheUsage
 
 from .backend import DECODE_ABORTED, LlamaBackend, Row, Sampler
 from .formats import OutputFormat
-from .records import TokenSink, TurnEnd
+from .records import Held, TokenSink, TurnEnd
 from .rows import TOGETHER_ROWS, alone, key, token_of
 from .sampling import SamplerStep
 from .sequences import Placement, SavedStates, SequenceTable
+from .stops import StopMatcher
 
 __all__ = ["PreparedTurn", "Scheduler"]
 
@@ -71,7 +72,8 @@ class PreparedTurn:
 
     ``hidden`` are the control tokens whose text the output never shows (those that are
     not part of the output format's markers); ``grammar`` (GBNF) constrains the turn's
-    sampling when the request asks for structured output.
+    sampling when the request asks for structured output or forces a tool call;
+    ``stop`` are the request's stop sequences.
     """
 
     prompt: tuple[int, ...]
@@ -82,6 +84,7 @@ class PreparedTurn:
     hidden: frozenset[int]
     grammar: str | None = None
     alone: tuple[bool, ...] | None = None
+    stop: tuple[str, ...] = ()
 
     def keys(self) -> tuple[int, ...]:
         """The prompt's cache keys: each token and whether it is evaluated alone (``alone``
@@ -110,6 +113,14 @@ class Turn:
         # ended (its sink finished), its last sampled token still to be evaluated
         self.trailing = False
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.stops = StopMatcher(prepared.stop) if prepared.stop else None
+
+    def end_text(self) -> None:
+        """Send the text a stop-sequence check still holds (the answer ended without
+        one)."""
+        held = self.stops.flush() if self.stops is not None else ""
+        if held:
+            self.sink.token(Held(held))
 
     @property
     def prefilling(self) -> bool:
@@ -446,7 +457,14 @@ class Scheduler:
             return
         turn.count += 1
         piece = b"" if token in prepared.hidden else backend.piece(token)
-        turn.sink.token(turn.decoder.decode(piece))
+        text = turn.decoder.decode(piece)
+        if turn.stops is not None:
+            text, stopped = turn.stops.feed(text)
+            if stopped:
+                turn.sink.token(text)
+                self._finish(turn, "stop_sequence")
+                return
+        turn.sink.token(text)
         full = len(self.table.slots[turn.seq].tokens) >= backend.n_ctx
         if turn.count == limit:
             if full:
@@ -463,6 +481,7 @@ class Scheduler:
         generation evaluates every token) at the next step before freeing its sequence:
         the conversation's next turn, whose prompt carries the whole answer, then finds
         it all warm instead of spending a step of one row on that token."""
+        turn.end_text()
         turn.sink.finish(TurnEnd(turn.usage(), turn.count, "length"))
         if turn.sampler is not None:
             turn.sampler.close()
@@ -480,6 +499,7 @@ class Scheduler:
             self._fail(turn, _closed())
             return
         self._release(turn)
+        turn.end_text()
         turn.sink.finish(TurnEnd(turn.usage(), turn.count, reason))
 
     def _fail(self, turn: Turn, error: BaseException) -> None:

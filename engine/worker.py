@@ -42,12 +42,19 @@ import trio
 
 from cuca.stages.stage import Source, Transform, Transformer
 from cuca.turn import EndOfTurn
-from cuca.types import PromptCacheUsage, TokenUsage, TurnSummary, UnifiedRequest
+from cuca.types import (
+    FinishReason,
+    PromptCacheUsage,
+    TokenUsage,
+    ToolCall,
+    TurnSummary,
+    UnifiedRequest,
+)
 
 from .formats import OutputFormat
 from .harmony import HarmonyParser
 from .output import OutputParser, new_call_id, new_output_parser
-from .records import TokenSink, TurnEnd, TurnStart
+from .records import Held, TokenSink, TurnEnd, TurnStart
 
 __all__ = [
     "Engine",
@@ -218,15 +225,21 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Transform
             self.request: UnifiedRequest | None = None
             self.token_ends: list[int] = []
             self.offset = 0
+            self.called = False  # the turn's answer holds a tool call
 
         async def feed(self, batch: Sequence[Any], /) -> list[Any]:
             out: list[Any] = []
             parser = self.parser
             for item in batch:
                 if isinstance(item, str) and parser is not None:
-                    out += parser.feed(item)
+                    parsed = parser.feed(item)
+                    self.called = self.called or any(isinstance(b, ToolCall) for b in parsed)
+                    out += parsed
                     self.offset += len(item)
-                    self.token_ends.append(self.offset)
+                    if isinstance(item, Held) and self.token_ends:
+                        self.token_ends[-1] = self.offset  # the earlier tokens' text
+                    else:
+                        self.token_ends.append(self.offset)
                 elif isinstance(item, TurnStart):
                     self.request = item.request
                     parser = self.parser = new_output_parser(
@@ -234,7 +247,7 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Transform
                         thinking_enabled=item.thinking_enabled,
                         id_factory=id_factory,
                     )
-                    self.token_ends, self.offset = [], 0
+                    self.token_ends, self.offset, self.called = [], 0, False
                 elif isinstance(item, TurnEnd) and parser is not None:
                     out += self._end(parser, item)
                     parser = self.parser = None
@@ -242,7 +255,8 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Transform
 
         def _end(self, parser: OutputParser | HarmonyParser, end: TurnEnd) -> list[Any]:
             out: list[Any] = parser.close()
-            summary = _summary(end, parser.reasoning_token_count(self.token_ends))
+            called = self.called or any(isinstance(item, ToolCall) for item in out)
+            summary = _summary(end, parser.reasoning_token_count(self.token_ends), called)
             if self.request is not None:
                 out.append(EndOfTurn(self.request, summary))
             return out
@@ -255,14 +269,32 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Transform
     return Transform(OutputParse)
 
 
-def _summary(end: TurnEnd, reasoning_tokens: int | None) -> TurnSummary:
+FINISH_REASONS: dict[str, FinishReason] = {
+    "stop": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "context_length": FinishReason.LENGTH,
+}
+"""The engine's own reasons (:class:`~cuca.engine.records.TurnEnd`) as finish reasons;
+an answer that called a tool and ended by itself is ``TOOL_CALLS``."""
+
+
+def _summary(end: TurnEnd, reasoning_tokens: int | None, called: bool) -> TurnSummary:
     cache = end.prompt_cache_usage
     usage = TokenUsage(
         prompt_tokens=cache.read_tokens + cache.write_tokens,
         completion_tokens=end.completion_tokens,
         reasoning_tokens=reasoning_tokens,
     )
-    return TurnSummary(usage=usage, prompt_cache_usage=cache, finish_reason=end.finish_reason)
+    reason = FINISH_REASONS.get(end.finish_reason, FinishReason.OTHER)
+    if called and reason is FinishReason.STOP:
+        reason = FinishReason.TOOL_CALLS
+    return TurnSummary(
+        usage=usage,
+        prompt_cache_usage=cache,
+        finish_reason=reason,
+        provider_finish_reason=end.finish_reason,
+    )
 
 
 def turn_stages(model: Engine) -> tuple[Source[UnifiedRequest, Any], Transform[Any, Any]]:

@@ -591,7 +591,8 @@ async def test_model_context_full() -> None:
     with load(n_ctx=256) as small:
         _, summary = await run_turn(small, ask(STORY, max_tokens=500, temperature=0.0))
         prompt, _, _, completion = usage_of(summary)
-        assert summary is not None and summary.finish_reason == "context_length"
+        assert summary is not None and summary.finish_reason == "length"
+        assert summary.provider_finish_reason == "context_length"
         assert completion == small.n_ctx - prompt + 1
 
 
@@ -798,6 +799,7 @@ async def test_worker_batches_pieces_and_keeps_order() -> None:
         usage=TokenUsage(prompt_tokens=5, completion_tokens=3000),
         prompt_cache_usage=PromptCacheUsage(2, 3),
         finish_reason="stop",
+        provider_finish_reason="stop",
     )
 
 

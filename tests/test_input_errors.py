@@ -29,6 +29,8 @@ from cuca import (
     RetryPolicy,
     Timeouts,
     ToolCall,
+    ToolChoice,
+    ToolChoiceMode,
     UnifiedMessage,
     UnifiedRequest,
     from_json,
@@ -36,6 +38,7 @@ from cuca import (
 )
 from cuca.engine.template import template_variables
 from cuca.testing import Reply, open_replay_server
+from cuca.types import CONTENT_FORMS as FORMS
 
 WEATHER = {"city": "Paris"}
 
@@ -274,7 +277,66 @@ REQUEST = UnifiedRequest.new("m").add_user_message("hi")
         ),
         (
             lambda: REQUEST.add_user_message(42),
-            "message content is a string, a block or blocks, not 42 (int)",
+            f"message content is {FORMS}, not 42 (int)",
+        ),
+        (
+            lambda: REQUEST.add_user_message({"type": "text", "text": "hi"}),
+            f"message content is {FORMS}, not {{'type': 'text', 'text': 'hi'}} (dict): a "
+            "vendor-shaped part is not read, write its text as a string or Text(...)",
+        ),
+        (
+            lambda: REQUEST.add_user_message(b"hi"),
+            f"message content is {FORMS}, not b'hi' (bytes): decode bytes to a string first",
+        ),
+        (
+            lambda: REQUEST.add_system_message(bytearray(b"hi")),
+            f"message content is {FORMS}, not bytearray(b'hi') (bytearray): decode bytes to a "
+            "string first",
+        ),
+        (
+            lambda: UnifiedMessage(MessageRole.USER, {"hi"}),
+            f"message content is {FORMS}, not {{'hi'}} (set)",
+        ),
+        (
+            lambda: REQUEST.set_stop(["END", ""]),
+            "UnifiedRequest.stop holds an empty string, which stops nothing",
+        ),
+        (
+            lambda: REQUEST.set_stop([1]),
+            "UnifiedRequest.stop holds str items, not 1 (int)",
+        ),
+        (
+            lambda: REQUEST.set_stop({"END": 1}),
+            "UnifiedRequest.stop must be a string or a list of strings, not {'END': 1} (dict)",
+        ),
+        (
+            lambda: REQUEST.set_seed(-1),
+            "UnifiedRequest.seed must be an integer from 0 to 2147483647, not -1 (int)",
+        ),
+        (
+            lambda: REQUEST.set_seed(2**31),
+            "UnifiedRequest.seed must be an integer from 0 to 2147483647, not 2147483648 (int)",
+        ),
+        (
+            lambda: REQUEST.set_seed("7"),
+            "UnifiedRequest.seed must be an integer from 0 to 2147483647, not '7' (str)",
+        ),
+        (
+            lambda: REQUEST.set_top_p(1.5),
+            "UnifiedRequest.top_p must be a number from 0 to 1, not 1.5 (float)",
+        ),
+        (
+            lambda: REQUEST.set_tool_choice("any"),
+            "UnifiedRequest.tool_choice must be 'auto', 'none', 'required' or "
+            "ToolChoice.tool(name), not 'any' (str)",
+        ),
+        (
+            lambda: ToolChoice(ToolChoiceMode.TOOL),
+            "ToolChoice.name must name the tool to call, not None (NoneType)",
+        ),
+        (
+            lambda: ToolChoice(ToolChoiceMode.AUTO, "get_weather"),
+            "ToolChoice.name is for mode TOOL only, not 'auto'",
         ),
         (
             lambda: REQUEST.add_user_message([{"type": "text", "text": "hi"}]),
@@ -318,6 +380,14 @@ def test_inputs_wrong_request_values_are_refused_where_they_are_given(
 def test_inputs_right_request_values_pass() -> None:
     request = REQUEST.set_max_tokens(1).set_temperature(0).set_temperature(2.0)
     assert (request.max_tokens, request.temperature) == (1, 2.0)
+    request = request.set_stop("END").set_seed(0).set_top_p(0).set_tool_choice("none")
+    assert (request.stop, request.seed, request.top_p) == (("END",), 0, 0)
+    assert request.tool_choice == ToolChoice.NONE
+    request = request.set_stop(("a", "b", "a")).set_seed(2**31 - 1).set_top_p(1)
+    assert (request.stop, request.seed, request.top_p) == (("a", "b"), 2**31 - 1, 1)
+    assert request.set_stop(None).stop == () == request.set_stop([]).stop
+    assert request.set_tool_choice(ToolChoice.tool("f")).tool_choice == ToolChoice.tool("f")
+    assert UnifiedRequest.new("m").add_user_message(t for t in ["a"]).messages[0].text() == "a"
     assert Timeouts(0.5, total=30).total == 30
     assert UnifiedRequest.new("m").add_user_message(["a", "b"]).messages[0].text() == "a\nb"
 

@@ -26,6 +26,7 @@ from cuca import (
     ThinkingConfig,
     ThinkingEffort,
     ToolCall,
+    ToolChoice,
     ToolDefinition,
     ToolResult,
     UnifiedMessage,
@@ -89,6 +90,16 @@ requests = st.builds(
         PromptCache, st.booleans(), st.booleans(), st.lists(st.integers(-3, 3), max_size=3)
     ),
 )
+controls = st.builds(
+    UnifiedRequest,
+    model=st.just("m"),
+    stop=st.lists(st.text(min_size=1, max_size=5), max_size=3),
+    seed=st.none() | st.integers(0, 2**31 - 1),
+    top_p=st.none() | st.floats(0, 1),
+    tool_choice=st.none()
+    | st.sampled_from([ToolChoice.AUTO, ToolChoice.NONE, ToolChoice.REQUIRED])
+    | st.text(min_size=1, max_size=8).map(ToolChoice.tool),
+)
 
 
 def roundtrip(value: Any, cls: Any) -> Any:
@@ -99,6 +110,13 @@ def roundtrip(value: Any, cls: Any) -> Any:
 
 @given(requests)
 def test_types_request_survives_json(request: UnifiedRequest) -> None:
+    assert roundtrip(request, UnifiedRequest) == request
+
+
+@given(controls)
+def test_types_request_stop_seed_top_p_and_tool_choice_survive_json(
+    request: UnifiedRequest,
+) -> None:
     assert roundtrip(request, UnifiedRequest) == request
 
 
@@ -187,3 +205,47 @@ def test_types_errors_read_like_the_seeds() -> None:
         "http status 429: rate limited"
     )
     assert cuca.HttpStatusError(500, "boom").message == "boom"
+
+
+def test_types_finish_reason_is_one_closed_set_that_reads_as_text() -> None:
+    response = cuca.UnifiedResponse(
+        ProviderEndpoint.ANTHROPIC,
+        "m",
+        finish_reason="tool_calls",
+        provider_finish_reason="tool_use",
+    )
+    assert response.finish_reason == cuca.FinishReason.TOOL_CALLS == "tool_calls"
+    assert [r.value for r in cuca.FinishReason] == [
+        "stop", "length", "tool_calls", "content_filter", "refusal", "error", "other"
+    ]  # fmt: skip
+
+
+def test_types_response_and_summary_survive_json_with_both_finish_reasons() -> None:
+    response = cuca.UnifiedResponse(
+        ProviderEndpoint.GOOGLE_GEMINI,
+        "gemini-2.5-flash",
+        finish_reason=cuca.FinishReason.TOOL_CALLS,
+        provider_finish_reason="STOP",
+    )
+    assert roundtrip(response, cuca.UnifiedResponse) == response
+    assert json.loads(to_json(response))["finish_reason"] == "tool_calls"
+    summary = cuca.TurnSummary(finish_reason="length", provider_finish_reason="MAX_TOKENS")
+    assert roundtrip(summary, cuca.TurnSummary) == summary
+
+
+def test_types_a_request_written_before_the_new_fields_still_reads() -> None:
+    data = json.loads(to_json(UnifiedRequest.new("m").add_user_message("hi")))
+    for key in ("stop", "seed", "top_p", "tool_choice"):
+        del data[key]
+    read = from_json(json.dumps(data), UnifiedRequest)
+    assert (read.stop, read.seed, read.top_p, read.tool_choice) == ((), None, None, None)
+
+
+def test_types_tool_choice_is_checked_against_the_tools() -> None:
+    with pytest.raises(ConfigurationError, match="'required' needs tools"):
+        ToolChoice.REQUIRED.check(())
+    with pytest.raises(ConfigurationError, match=r"does not declare \(its tools: 'a'\)"):
+        ToolChoice.tool("b").check((ToolDefinition("a"),))
+    ToolChoice.tool("a").check((ToolDefinition("a"),))
+    ToolChoice.NONE.check(())
+    assert str(ToolChoice.tool("a")) == "tool:a" and str(ToolChoice.AUTO) == "auto"

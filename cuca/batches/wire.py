@@ -63,5 +63,6 @@ def answered(answer: Answer, request: UnifiedRequest) -> Completion:
         finish_reason=summary.finish_reason,
         counted_usage=summary.counted_usage,
         batch=True,
+        provider_finish_reason=summary.provider_finish_reason,
     )
     return completion(assembler.message(), errors, response, request.output_schema)

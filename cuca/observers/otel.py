@@ -189,8 +189,10 @@ class _SpanObserver(TurnObserver):
         span = self.span
         response = end.response
         if response is not None:
-            if response.finish_reason is not None:
-                span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
+            # the provider's own word, as the GenAI conventions' instrumentations report it
+            reason = response.provider_finish_reason or response.finish_reason
+            if reason is not None:
+                span.set_attribute("gen_ai.response.finish_reasons", [str(reason)])
             usage = response.usage
             if usage is not None:
                 span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)

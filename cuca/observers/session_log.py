@@ -69,13 +69,15 @@ CREATE TABLE IF NOT EXISTS turns (
     total_s REAL,
     raw BLOB,
     approvals TEXT,
-    budget_warnings TEXT
+    budget_warnings TEXT,
+    provider_finish_reason TEXT
 )
 """
 
 _COLUMNS = (
     "id, started_at, status, pid, provider, model, request, blocks, errors, error, usage, "
-    "cache_usage, finish_reason, cost, first_block_s, total_s, raw, approvals, budget_warnings"
+    "cache_usage, finish_reason, cost, first_block_s, total_s, raw, approvals, budget_warnings, "
+    "provider_finish_reason"
 )
 
 _STEP: contextvars.ContextVar[list[_Recorder]] = contextvars.ContextVar("cuca_session_log_step")
@@ -96,7 +98,9 @@ class LoggedTurn:
     loop asked for them (each ``ApprovalEvent.to_dict()``: call id, name, arguments,
     outcome, by, seconds, reason, edited arguments). ``budget_warnings`` are the
     :class:`~cuca.Budget` warnings this turn's charge crossed (each
-    ``BudgetWarning.to_dict()``: unit, spent, limit, fraction).
+    ``BudgetWarning.to_dict()``: unit, spent, limit, fraction). ``finish_reason`` is the
+    response's :class:`~cuca.FinishReason` as text, ``provider_finish_reason`` the
+    backend's own word beside it (``None`` in a file written before it was kept).
     """
 
     id: int
@@ -117,6 +121,7 @@ class LoggedTurn:
     raw: bytes | None = attrs.field(default=None, repr=False)
     approvals: tuple[dict[str, Any], ...] = ()
     budget_warnings: tuple[dict[str, Any], ...] = ()
+    provider_finish_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The turn as JSON-ready data (``raw`` as text, undecodable bytes escaped)."""
@@ -139,6 +144,7 @@ class LoggedTurn:
             "raw": None if self.raw is None else self.raw.decode("utf-8", "backslashreplace"),
             "approvals": list(self.approvals),
             "budget_warnings": list(self.budget_warnings),
+            "provider_finish_reason": self.provider_finish_reason,
         }
 
 
@@ -166,7 +172,8 @@ class SessionLog(CucaPlugin):
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(turns)")}
-            for column in ("approvals", "budget_warnings"):  # a file written before them
+            # a file written before them
+            for column in ("approvals", "budget_warnings", "provider_finish_reason"):
                 if column not in columns:
                     self._db.execute(f"ALTER TABLE turns ADD COLUMN {column} TEXT")
             self._mark_interrupted()
@@ -359,7 +366,9 @@ class _Recorder(TurnObserver):
             if response is not None:
                 row["usage"] = _json_or_none(response.usage)
                 row["cache_usage"] = _json_or_none(response.prompt_cache_usage)
-                row["finish_reason"] = response.finish_reason
+                reason = response.finish_reason
+                row["finish_reason"] = None if reason is None else str(reason)
+                row["provider_finish_reason"] = response.provider_finish_reason
                 cost = response.cost
                 row["cost"] = None if cost is None else f"{cost:f}"
             if chunks:  # only with raw=True, on HTTP turns that received a body
@@ -397,7 +406,7 @@ def _loads(text: str | None, cls: Any) -> Any:
 
 def _turn(row: Sequence[Any]) -> LoggedTurn:
     (turn_id, started, status, pid, provider, model, request, blocks, errors, error,
-     usage, cache, finish, cost, first, total, raw, approvals, warnings) = row  # fmt: skip
+     usage, cache, finish, cost, first, total, raw, approvals, warnings, native) = row  # fmt: skip
     if status == "running" and not _alive(pid):
         status = "interrupted"
     return LoggedTurn(
@@ -419,4 +428,5 @@ def _turn(row: Sequence[Any]) -> LoggedTurn:
         raw=raw,
         approvals=tuple(json.loads(approvals)) if approvals else (),
         budget_warnings=tuple(json.loads(warnings)) if warnings else (),
+        provider_finish_reason=native,
     )
