@@ -87,3 +87,27 @@ def test_serve_cli_config_file_refuses_a_wrong_type(tmp_path: Path) -> None:
     config.write_text('[models."x"]\nprovider = "openai"\nretries = "two"\n')
     with pytest.raises(ConfigurationError, match=r"models\.x\.retries must be int"):
         resolve_serve(_args("--config", str(config)), {})
+
+
+async def test_serve_cli_config_file_gives_a_route_its_client_features(tmp_path: Path) -> None:
+    from cuca.cache import ResponseCache
+    from cuca.limits import Budget, RateLimiter
+    from cuca.observers.session_log import SessionLog
+    from cuca.serve.build import open_backends
+
+    config = tmp_path / "serve.toml"
+    config.write_text(
+        '[models."gpt"]\nprovider = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'session_log = "turns.sqlite"\n'
+        "rate_limit = { requests_per_minute = 60, max_concurrent = 2 }\n"
+        "budget = { tokens = 1000 }\ncache = { ttl = 60 }\n"
+    )
+    spec = resolve_serve(_args("--config", str(config)), {})
+    async with open_backends(spec) as backends:
+        kinds = [type(p) for p in backends["gpt"].client.plugins]
+    assert kinds == [RateLimiter, Budget, ResponseCache, SessionLog]
+    assert (tmp_path / "turns.sqlite").exists()
+    config.write_text('[models."gpt"]\nprovider = "openai"\nbudget = { dollars = 5 }\n')
+    with pytest.raises(ConfigurationError, match=r"models\.gpt\.budget"):
+        async with open_backends(resolve_serve(_args("--config", str(config)), {})):
+            pass

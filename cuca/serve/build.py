@@ -11,6 +11,7 @@ import trio
 
 from cuca.client import CucaClient
 from cuca.errors import ConfigurationError
+from cuca.plugins import CucaPlugin
 from cuca.retry import RetryPolicy
 
 from .app import Backend
@@ -45,6 +46,25 @@ def _load(spec: BackendSpec) -> LocalModel:
     )
 
 
+def plugins_of(spec: BackendSpec) -> list[CucaPlugin]:
+    """The route's client features (:data:`.config.FEATURES`, and its session log)."""
+    from cuca.cache import ResponseCache
+    from cuca.limits import Budget, RateLimiter
+
+    classes: dict[str, Any] = {"rate_limit": RateLimiter, "budget": Budget, "cache": ResponseCache}
+    plugins: list[CucaPlugin] = []
+    for name, settings in spec.features.items():
+        try:
+            plugins.append(classes[name](**settings))
+        except TypeError as exc:
+            raise ConfigurationError(f"models.{spec.name}.{name}: {exc}") from None
+    if spec.session_log is not None:
+        from cuca.observers.session_log import SessionLog
+
+        plugins.append(SessionLog(spec.session_log))
+    return plugins
+
+
 def _client(spec: BackendSpec, model: LocalModel | None) -> CucaClient:
     retry = None if spec.retries is None else RetryPolicy(max_retries=spec.retries)
     config: Any = None
@@ -60,6 +80,7 @@ def _client(spec: BackendSpec, model: LocalModel | None) -> CucaClient:
         local_model=model,
         timeout=spec.timeout,
         retry=retry,
+        plugins=plugins_of(spec),
     )
 
 
@@ -78,5 +99,9 @@ async def open_backends(spec: ServeSpec) -> AsyncIterator[dict[str, Backend]]:
                     stack.callback(loaded[key].close)
                 model = loaded[key]
             client = await stack.enter_async_context(_client(backend, model))
+            for plugin in client.plugins:  # a session log writes what it queued
+                close = getattr(plugin, "close", None)
+                if callable(close):
+                    stack.push_async_callback(trio.to_thread.run_sync, close)
             backends[backend.name] = Backend(client, backend.model, counts_exactly=backend.is_local)
         yield backends

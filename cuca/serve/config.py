@@ -21,6 +21,10 @@ A file names each served model under ``[models."NAME"]``::
     api_key_env = "OPENAI_API_KEY"   # default: the vendor's usual variable
     timeout = 60
     retries = 2
+    session_log = "turns.sqlite"     # every turn in a SessionLog
+    rate_limit = { requests_per_minute = 60, max_concurrent = 4 }   # a RateLimiter
+    budget = { usd = 5.0, window = 86400 }                           # a Budget
+    cache = { ttl = 3600 }                                           # a ResponseCache
 
 ``NAME = "*"`` serves every model name not listed (a gateway passing names through).
 """
@@ -60,6 +64,10 @@ class BackendSpec:
     chat_template_file: Path | None = None
     timeout: float | None = None
     retries: int | None = None
+    features: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, hash=False)
+    """The client features of this route by name (``rate_limit``, ``budget``,
+    ``cache``): each table's keys are the keyword arguments of its class."""
+    session_log: Path | None = None
 
     @property
     def is_local(self) -> bool:
@@ -124,7 +132,28 @@ def _backend(name: str, table: Any, env: Mapping[str, str], base: Path) -> Backe
         chat_template_file=(base / Path(template).expanduser()) if template else None,
         timeout=_of(table, "timeout", float, where),
         retries=_of(table, "retries", int, where),
+        features=_features(table, where),
+        session_log=(base / Path(log).expanduser())
+        if (log := _of(table, "session_log", str, where))
+        else None,
     )
+
+
+FEATURES = ("rate_limit", "budget", "cache")
+"""The client features a route may have, each a table of its class's keyword arguments
+(:class:`~cuca.RateLimiter`, :class:`~cuca.Budget`, :class:`~cuca.ResponseCache`)."""
+
+
+def _features(table: Mapping[str, Any], where: str) -> dict[str, Mapping[str, Any]]:
+    found: dict[str, Mapping[str, Any]] = {}
+    for name in FEATURES:
+        value = table.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise ConfigurationError(f"{where}.{name} must be a table of its settings")
+        found[name] = value
+    return found
 
 
 def load_spec(path: Path, env: Mapping[str, str]) -> ServeSpec:
