@@ -8,56 +8,71 @@ allowed (:mod:`cuca.seams`), and the ``request_hooks`` point passes their reques
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from functools import partial
 
 from cuca.errors import CucaError, PluginError
 from cuca.plugins import CucaPlugin, overrides
-from cuca.turn import EndOfTurn
+from cuca.turn import EndOfTurn, Item
+from cuca.types import Block
 
 from .stage import PASS, Transform, Transformer
 
-__all__ = ["chunk_hooks_stage"]
+__all__ = ["ChunkHooks", "chunk_hooks_stage"]
 
 
-def chunk_hooks_stage(plugins: Sequence[CucaPlugin]) -> Transform[Any, Any]:
-    """Run every plugin's ``on_stream_chunk`` on each block; at the :class:`EndOfTurn`,
-    call ``on_response_complete`` with the turn's response. A hook that raises is
-    reported as a :class:`PluginError` item in place of its block."""
-    chunk_hooked = [p for p in plugins if overrides(p, "on_stream_chunk")]
-    done_hooked = [p for p in plugins if overrides(p, "on_response_complete")]
-    if not chunk_hooked and not done_hooked:
-        return PASS
+class ChunkHooks(Transformer[Item | EndOfTurn, Item | EndOfTurn]):
+    """The ``chunk_hooks`` point: every plugin's ``on_stream_chunk`` on each block, in
+    order; at the :class:`EndOfTurn`, ``on_response_complete`` with the turn's response.
+    A hook that raises is reported as a :class:`PluginError` item in place of its
+    block."""
 
-    async def run_hooks(item: Any, out: list[Any]) -> None:
-        for plugin in chunk_hooked:
+    def __init__(
+        self, chunk_hooked: Sequence[CucaPlugin], done_hooked: Sequence[CucaPlugin]
+    ) -> None:
+        self.chunk_hooked = chunk_hooked
+        self.done_hooked = done_hooked
+
+    async def feed(self, batch: Sequence[Item | EndOfTurn], /) -> list[Item | EndOfTurn]:
+        out: list[Item | EndOfTurn] = []
+        for item in batch:
+            if isinstance(item, EndOfTurn):
+                await self._complete(item, out)
+            elif isinstance(item, CucaError) or not self.chunk_hooked:
+                out.append(item)
+            else:
+                await self._run_hooks(item, out)
+        return out
+
+    async def _run_hooks(self, item: Block, out: list[Item | EndOfTurn]) -> None:
+        block: Block | None = item
+        for plugin in self.chunk_hooked:
             try:
-                item = await plugin.on_stream_chunk(item)
+                block = await plugin.on_stream_chunk(item)
             except Exception as exc:
                 out.append(PluginError.hook_failed(plugin.name, "on_stream_chunk", exc))
                 return
-            if item is None:
+            if block is None:
                 return
+            item = block
         out.append(item)
 
-    async def complete(end: EndOfTurn, out: list[Any]) -> None:
+    async def _complete(self, end: EndOfTurn, out: list[Item | EndOfTurn]) -> None:
         response = end.response()
-        for plugin in done_hooked:
+        for plugin in self.done_hooked:
             try:
                 await plugin.on_response_complete(response)
             except Exception as exc:
                 out.append(PluginError.hook_failed(plugin.name, "on_response_complete", exc))
         out.append(end)
 
-    class ChunkHooks(Transformer[Any, Any]):
-        async def feed(self, batch: Sequence[Any], /) -> list[Any]:
-            out: list[Any] = []
-            for item in batch:
-                if isinstance(item, EndOfTurn):
-                    await complete(item, out)
-                elif isinstance(item, CucaError) or not chunk_hooked:
-                    out.append(item)
-                else:
-                    await run_hooks(item, out)
-            return out
 
-    return Transform(ChunkHooks)
+def chunk_hooks_stage(
+    plugins: Sequence[CucaPlugin],
+) -> Transform[Item | EndOfTurn, Item | EndOfTurn]:
+    """The ``chunk_hooks`` point for ``plugins`` (:class:`ChunkHooks`); with no plugin
+    that overrides those hooks, a point with nothing to do (:data:`PASS`)."""
+    chunk_hooked = [p for p in plugins if overrides(p, "on_stream_chunk")]
+    done_hooked = [p for p in plugins if overrides(p, "on_response_complete")]
+    if not chunk_hooked and not done_hooked:
+        return PASS
+    return Transform(partial(ChunkHooks, chunk_hooked, done_hooked))

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
-from typing import Any, Protocol, cast
+from functools import partial
+from typing import Protocol, TypeVar, cast
 
 import attrs
 import httpx
@@ -26,7 +27,7 @@ from cuca.errors import (
     TransportError,
 )
 from cuca.retry import RetryPolicy, connect_retries, parse_retry_after
-from cuca.turn import EndOfTurn
+from cuca.turn import EndOfTurn, Item
 from cuca.types import UnifiedRequest
 
 from .items import EncodedRequest, ResponseHead
@@ -37,12 +38,18 @@ from .stage import Source, Transform, Transformer
 
 __all__ = [
     "Attempts",
+    "Decode",
+    "Encode",
+    "SseParse",
     "decode_stage",
     "encode_stage",
     "openings",
     "sse_stage",
     "transport_stage",
 ]
+
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 StatusError = Callable[[int, str, "float | None"], HttpStatusError]
 """The adapter's error boundary: status, body and ``Retry-After`` seconds in, the
@@ -65,16 +72,22 @@ class Attempts(Protocol):
         ...
 
 
+class Encode(Transformer[UnifiedRequest, EncodedRequest]):
+    """The ``encode`` point: each request paired with the adapter's HTTP request for it."""
+
+    def __init__(self, encode: Callable[[UnifiedRequest], WireRequest]) -> None:
+        self.encode = encode
+
+    async def feed(self, batch: Sequence[UnifiedRequest], /) -> list[EncodedRequest]:
+        encode = self.encode
+        return [EncodedRequest(request, encode(request)) for request in batch]
+
+
 def encode_stage(
     encode: Callable[[UnifiedRequest], WireRequest],
 ) -> Transform[UnifiedRequest, EncodedRequest]:
-    """Pair each request with the adapter's HTTP request for it."""
-
-    class Encode(Transformer[UnifiedRequest, EncodedRequest]):
-        async def feed(self, batch: Sequence[UnifiedRequest], /) -> list[EncodedRequest]:
-            return [EncodedRequest(request, encode(request)) for request in batch]
-
-    return Transform(Encode)
+    """Pair each request with the adapter's HTTP request for it (:class:`Encode`)."""
+    return Transform(partial(Encode, encode))
 
 
 def transport_stage(
@@ -314,7 +327,7 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
 
 
-class _Holding(Transformer[Any, Any]):
+class _Holding(Transformer[In, Out]):
     """A transformer that, when one item of a batch fails, returns what the items before
     it gave, and raises the error at its next call: items made before an error still
     reach the consumer, then the error ends the turn."""
@@ -326,35 +339,41 @@ class _Holding(Transformer[Any, Any]):
             raise self.held
 
 
-def sse_stage(new_framer: Callable[[], Framer]) -> Transform[Any, Any]:
-    """Split response bytes into events with the adapter's framer (SSE by default); the
-    :class:`ResponseHead` passes through."""
+class SseParse(_Holding[ResponseHead | bytes, ResponseHead | SseEvent]):
+    """The ``sse_parse`` point: response bytes split into events by the adapter's
+    framer (SSE by default); the :class:`ResponseHead` passes through."""
 
-    class SseParse(_Holding):
-        def __init__(self) -> None:
-            self.framer = new_framer()
+    def __init__(self, new_framer: Callable[[], Framer]) -> None:
+        self.framer = new_framer()
 
-        async def feed(self, batch: Sequence[ResponseHead | bytes], /) -> list[Any]:
-            self._raise_held()
-            feed = self.framer.feed
-            events: list[ResponseHead | SseEvent] = []
-            try:
-                for chunk in batch:
-                    if isinstance(chunk, bytes):
-                        events += feed(chunk)
-                    else:
-                        events.append(chunk)
-            except Exception as exc:
-                if not events:
-                    raise
-                self.held = exc
-            return events
+    async def feed(
+        self, batch: Sequence[ResponseHead | bytes], /
+    ) -> list[ResponseHead | SseEvent]:
+        self._raise_held()
+        feed = self.framer.feed
+        events: list[ResponseHead | SseEvent] = []
+        try:
+            for chunk in batch:
+                if isinstance(chunk, bytes):
+                    events += feed(chunk)
+                else:
+                    events.append(chunk)
+        except Exception as exc:
+            if not events:
+                raise
+            self.held = exc
+        return events
 
-        async def end(self) -> list[SseEvent]:
-            self._raise_held()
-            return self.framer.close()
+    async def end(self) -> list[ResponseHead | SseEvent]:
+        self._raise_held()
+        return list(self.framer.close())
 
-    return Transform(SseParse)
+
+def sse_stage(
+    new_framer: Callable[[], Framer],
+) -> Transform[ResponseHead | bytes, ResponseHead | SseEvent]:
+    """Split response bytes into events with the adapter's framer (:class:`SseParse`)."""
+    return Transform(partial(SseParse, new_framer))
 
 
 def _as_answered(head: ResponseHead) -> UnifiedRequest:
@@ -374,57 +393,66 @@ MAX_DRAIN_READS = 16
 server still sending after that many is cut off."""
 
 
-def decode_stage(
-    new_decoder: Callable[[UnifiedRequest], StreamDecoder], endpoint: str | None = None
-) -> Transform[Any, Any]:
-    """Translate events into items with a decoder built from the :class:`ResponseHead`'s
-    request; end with the :class:`~cuca.turn.EndOfTurn` once the body ended cleanly
-    (naming ``endpoint``, the base URL the turn went to).
+class Decode(_Holding[ResponseHead | SseEvent, Item | EndOfTurn]):
+    """The ``decode`` point: events translated into items by a decoder built from the
+    :class:`ResponseHead`'s request; the :class:`~cuca.turn.EndOfTurn` once the body
+    ended cleanly (naming ``endpoint``, the base URL the turn went to).
 
     After the provider's end marker the rest of the body is drained unread, so the
     connection goes back to the pool; a server still sending after
     :data:`MAX_DRAIN_READS` reads is cut off (the stage turns ``done``).
     """
 
-    class Decode(_Holding):
-        def __init__(self) -> None:
-            self.decoder: StreamDecoder | None = None
-            self.request: UnifiedRequest | None = None
-            self.drained = 0
+    def __init__(
+        self, new_decoder: Callable[[UnifiedRequest], StreamDecoder], endpoint: str | None
+    ) -> None:
+        self.new_decoder = new_decoder
+        self.endpoint = endpoint
+        self.decoder: StreamDecoder | None = None
+        self.request: UnifiedRequest | None = None
+        self.drained = 0
 
-        async def feed(self, batch: Sequence[ResponseHead | SseEvent], /) -> list[Any]:
-            self._raise_held()
-            decoder = self.decoder
-            if decoder is not None and decoder.finished:
-                self.drained += 1
-                self.done = self.drained > MAX_DRAIN_READS
-                return []
-            items: list[Any] = []
-            try:
-                for event in batch:
-                    if isinstance(event, ResponseHead):
-                        self.request = event.request
-                        decoder = self.decoder = new_decoder(_as_answered(event))
-                    elif decoder is None:
-                        raise PluginError("decode", "an event arrived before the ResponseHead")
-                    else:
-                        items += decoder.feed(event)
-                        if decoder.finished:
-                            break
-            except Exception as exc:
-                if not items:
-                    raise
-                self.held = exc
-            return items
+    async def feed(
+        self, batch: Sequence[ResponseHead | SseEvent], /
+    ) -> list[Item | EndOfTurn]:
+        self._raise_held()
+        decoder = self.decoder
+        if decoder is not None and decoder.finished:
+            self.drained += 1
+            self.done = self.drained > MAX_DRAIN_READS
+            return []
+        items: list[Item | EndOfTurn] = []
+        try:
+            for event in batch:
+                if isinstance(event, ResponseHead):
+                    self.request = event.request
+                    decoder = self.decoder = self.new_decoder(_as_answered(event))
+                elif decoder is None:
+                    raise PluginError("decode", "an event arrived before the ResponseHead")
+                else:
+                    items += decoder.feed(event)
+                    if decoder.finished:
+                        break
+        except Exception as exc:
+            if not items:
+                raise
+            self.held = exc
+        return items
 
-        async def end(self) -> list[Any]:
-            self._raise_held()
-            if self.decoder is None or self.request is None:
-                raise StreamIncomplete("the response ended before it began")
-            tail = self.decoder.close()
-            return [*tail, EndOfTurn(self.request, self.decoder.summary(), endpoint)]
+    async def end(self) -> list[Item | EndOfTurn]:
+        self._raise_held()
+        if self.decoder is None or self.request is None:
+            raise StreamIncomplete("the response ended before it began")
+        tail: list[Item | EndOfTurn] = [*self.decoder.close()]
+        return [*tail, EndOfTurn(self.request, self.decoder.summary(), self.endpoint)]
 
-    return Transform(Decode)
+
+def decode_stage(
+    new_decoder: Callable[[UnifiedRequest], StreamDecoder], endpoint: str | None = None
+) -> Transform[ResponseHead | SseEvent, Item | EndOfTurn]:
+    """Translate events into items with a decoder built from each answer's head
+    (:class:`Decode`)."""
+    return Transform(partial(Decode, new_decoder, endpoint))
 
 
 transport_error = _transport_error
