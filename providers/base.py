@@ -187,12 +187,11 @@ class ProviderAdapter(abc.ABC):
 
     def rate_limits(self, headers: Sequence[tuple[str, str]]) -> RateLimitHint | None:
         """What an answer's ``headers`` say about the server's rate limits (``None``:
-        nothing), for the turn's gates: OpenAI's ``x-ratelimit-*`` and Anthropic's
-        ``anthropic-ratelimit-*`` headers, and ``Retry-After``
-        (:mod:`~cuca.providers.ratelimit`)."""
-        from .ratelimit import rate_limit_hint
+        nothing), for the turn's gates: ``Retry-After`` here; a wire whose vendor sends
+        rate-limit headers reads them too (:mod:`~cuca.providers.ratelimit`)."""
+        from .ratelimit import read_hint
 
-        return rate_limit_hint(headers)
+        return read_hint(headers, ())
 
     async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
         """The prompt tokens of ``request`` as this vendor would count them, asking the

@@ -1,51 +1,59 @@
-"""The vendors' rate-limit headers, read into one :class:`~cuca.turn.RateLimitHint` for
-cuca's rate limiter (through :meth:`ProviderAdapter.rate_limits`).
+"""Rate-limit headers read into one :class:`~cuca.turn.RateLimitHint` for cuca's rate
+limiter (through :meth:`ProviderAdapter.rate_limits`): the machinery every wire shares.
+Which headers a vendor sends, and how it writes a reset, is its wire's: a
+:class:`HeaderFamily` in ``providers/chat/ratelimit.py`` (OpenAI's ``x-ratelimit-*``) and
+``providers/anthropic/ratelimit.py`` (``anthropic-ratelimit-*``); ``Retry-After`` (seconds
+or an HTTP date) is read on every wire.
 
-OpenAI-style servers (OpenAI, vLLM, DeepSeek and others that copy them) send
-``x-ratelimit-remaining-{requests,tokens}`` with ``x-ratelimit-reset-{requests,tokens}``
-as a duration (``"1s"``, ``"6m0s"``, ``"20ms"``); Anthropic sends
-``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}``
-with the reset as an RFC 3339 time; both send the limit itself too
-(``x-ratelimit-limit-*``, ``anthropic-ratelimit-*-limit``). A limit whose remaining
-count is 0 pauses the limiter until its reset; ``Retry-After`` (seconds or an HTTP date)
+A limit whose remaining count is 0 pauses the limiter until its reset; ``Retry-After``
 pauses it too; a count above 0 with its reset paces the limiter (the next turns spread
-until the reset).
-
-Both vendors refill a limit continuously (a token bucket: the reset is when it is whole
-again), so with the limit known, ``limit - remaining`` come back evenly until the reset:
-a request limit used up pauses only until one request is back (``reset / limit``), not
-until the whole reset. A token limit (``tokens``, ``input-tokens``) used up, with its
-size sent, is not a pause: the limiter's pacing makes each turn wait for its own tokens
-to come back (what a turn needs of it is known only there). Without its size, and for
-``output-tokens`` (a turn's output is not known before it ends), it pauses until the
-reset.
+until the reset). Both vendors refill a limit continuously (a token bucket: the reset is
+when it is whole again), so with the limit known, ``limit - remaining`` come back evenly
+until the reset: a request limit used up pauses only until one request is back
+(``reset / limit``), not until the whole reset. A token limit (``tokens``,
+``input-tokens``) used up, with its size sent, is not a pause: the limiter's pacing makes
+each turn wait for its own tokens to come back (what a turn needs of it is known only
+there). Without its size, and for ``output-tokens`` (a turn's output is not known before
+it ends), it pauses until the reset.
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+
+import attrs
 
 from cuca.retry import parse_retry_after
 from cuca.turn import RateLimitHint
 
-__all__ = ["RateLimitHint", "parse_duration", "rate_limit_hint"]
+__all__ = ["HeaderFamily", "RateLimitHint", "parse_duration", "rate_limit_hint", "read_hint"]
 
 _LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
 # limits every turn is charged on by the limiter's pacing (cuca.limits.limiter), so one
 # used up is waited out turn by turn, by each turn's cost, instead of paused for
 _PACED_WHEN_OWED = ("tokens", "input-tokens")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def rate_limit_hint(
-    headers: Sequence[tuple[str, str]], now: float | None = None
+@attrs.frozen
+class HeaderFamily:
+    """One vendor's rate-limit headers: ``name`` is the header of a limit's field, with
+    ``{field}`` (``remaining``, ``reset``, ``limit``) and ``{limit}`` (``requests``,
+    ``tokens``, ``input-tokens``, ``output-tokens``) to fill in; ``reset`` reads a reset
+    value into seconds from ``now`` (``None``: not one)."""
+
+    name: str
+    reset: Callable[[str, float], float | None]
+
+
+def read_hint(
+    headers: Sequence[tuple[str, str]],
+    families: Sequence[HeaderFamily],
+    now: float | None = None,
 ) -> RateLimitHint | None:
-    """The hint in ``headers`` (any case), or ``None`` when they carry no rate-limit
-    header. ``now`` is the wall-clock time (``time.time()``) for reset times."""
+    """The hint in ``headers`` (any case) for the given header ``families`` and
+    ``Retry-After``, or ``None`` when they carry none. ``now`` is the wall-clock time
+    (``time.time()``) for reset times."""
     lowered = {name.lower(): value for name, value in headers}
     current = time.time() if now is None else now
     remaining: dict[str, int] = {}
@@ -53,16 +61,15 @@ def rate_limit_hint(
     totals: dict[str, int] = {}
     pauses: list[float] = []
     for limit in _LIMITS:
-        for name, reset in (
-            (f"x-ratelimit-{{}}-{limit}", parse_duration),
-            (f"anthropic-ratelimit-{limit}-{{}}", lambda text: _until(text, current)),
-        ):
-            left = _integer(lowered.get(name.format("remaining")))
+        for family in families:
+            left = _integer(lowered.get(family.name.format(field="remaining", limit=limit)))
             if left is None:
                 continue
             remaining[limit] = left
-            wait = reset(lowered.get(name.format("reset"), ""))
-            total = _integer(lowered.get(name.format("limit")))
+            wait = family.reset(
+                lowered.get(family.name.format(field="reset", limit=limit), ""), current
+            )
+            total = _integer(lowered.get(family.name.format(field="limit", limit=limit)))
             if total is not None and total > 0:
                 totals[limit] = total
             if wait is not None:
@@ -80,25 +87,23 @@ def rate_limit_hint(
     return RateLimitHint(max(pauses) if pauses else None, remaining, resets, totals)
 
 
+def rate_limit_hint(
+    headers: Sequence[tuple[str, str]], now: float | None = None
+) -> RateLimitHint | None:
+    """The hint in ``headers`` read with every wire's header family (OpenAI's and
+    Anthropic's) and ``Retry-After``: for headers whose wire is not known."""
+    from .anthropic.ratelimit import ANTHROPIC_HEADERS
+    from .chat.ratelimit import OPENAI_HEADERS
+
+    return read_hint(headers, (OPENAI_HEADERS, ANTHROPIC_HEADERS), now)
+
+
 def parse_duration(text: str) -> float | None:
-    """OpenAI's reset durations (``"1s"``, ``"6m0s"``, ``"1h2m3.5s"``, ``"20ms"``) in
-    seconds, or ``None`` when ``text`` is not one."""
-    text = text.strip()
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        return None
-    return sum(float(number) * _UNITS[unit] for number, unit in parts)
+    """OpenAI's reset durations (``"1s"``, ``"6m0s"``, ``"20ms"``) in seconds, or
+    ``None`` (:func:`cuca.providers.chat.ratelimit.parse_duration`)."""
+    from .chat.ratelimit import parse_duration as parse
 
-
-def _until(text: str, now: float) -> float | None:
-    """Seconds from ``now`` to an RFC 3339 time (Anthropic's resets)."""
-    try:
-        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - now)
+    return parse(text)
 
 
 def _integer(text: str | None) -> int | None:

@@ -15,12 +15,13 @@ the one signed block they came from.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from cuca.errors import ConfigurationError, ProviderError
+from cuca.turn import RateLimitHint
 from cuca.types import (
     AnthropicThinkingParams,
     Block,
@@ -42,10 +43,12 @@ from cuca.types import (
 
 from ..base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder, refuse
 from ..decoding import Overflow
+from ..ratelimit import read_hint
 from ..table import missing_key_hint
 from ..whole_response import for_request
 from .decode import AnthropicDecoder
 from .overflow import anthropic_overflow
+from .ratelimit import ANTHROPIC_HEADERS
 from .whole import anthropic_events
 
 __all__ = [
@@ -247,6 +250,10 @@ class AnthropicAdapter(ProviderAdapter):
 
     def error_message(self, status: int, body: str) -> str | None:
         return error_message(body)
+
+    def rate_limits(self, headers: Sequence[tuple[str, str]]) -> RateLimitHint | None:
+        """Anthropic's ``anthropic-ratelimit-*`` headers and ``Retry-After`` (:mod:`.ratelimit`)."""
+        return read_hint(headers, (ANTHROPIC_HEADERS,))
 
     def overflow(self, status: int, body: str) -> Overflow | None:
         return anthropic_overflow(status, body)

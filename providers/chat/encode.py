@@ -14,13 +14,14 @@ stream decoder :mod:`.decode`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import attrs
 
 from cuca.errors import ConfigurationError
+from cuca.turn import RateLimitHint
 from cuca.types import (
     ImageBase64,
     MessageRole,
@@ -40,10 +41,12 @@ from cuca.types import (
 
 from ..base import HttpRequest, ProviderAdapter, Send, StreamDecoder
 from ..decoding import Overflow, error_text
+from ..ratelimit import read_hint
 from ..table import endpoint_info, missing_key_hint
 from ..whole_response import for_request
 from .decode import ChatCompletionsDecoder, chat_error_message
 from .overflow import chat_overflow
+from .ratelimit import OPENAI_HEADERS
 from .whole import chat_events
 
 __all__ = [
@@ -300,6 +303,10 @@ class OpenAiCompatAdapter(ProviderAdapter):
 
     def error_message(self, status: int, body: str) -> str | None:
         return chat_error_message(body)
+
+    def rate_limits(self, headers: Sequence[tuple[str, str]]) -> RateLimitHint | None:
+        """OpenAI-style ``x-ratelimit-*`` headers and ``Retry-After`` (:mod:`.ratelimit`)."""
+        return read_hint(headers, (OPENAI_HEADERS,))
 
     def overflow(self, status: int, body: str) -> Overflow | None:
         return chat_overflow(status, body)
