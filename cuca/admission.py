@@ -190,6 +190,10 @@ class Admission:
         try:
             for gate in self.gates:
                 self.tickets.append(await gate.admit(request, self.count))
+            # a cancellation that arrived while a store's update was landing (an update is
+            # never abandoned: its ticket came back) is taken here, before the request
+            # can go out, so the turn settles as never sent and charges nothing
+            await trio.lowlevel.checkpoint_if_cancelled()
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else None
             await self.settle(outcome(error, None, sent=False))
