@@ -567,3 +567,40 @@ def test_responses_inbound_groups_assistant_items_into_one_turn() -> None:
 def test_responses_inbound_refuses_previous_response_id() -> None:
     with pytest.raises(ConfigurationError, match="previous_response_id"):
         responses_in({"model": "m", "input": "x", "previous_response_id": "resp_1"})
+
+
+def test_inbound_reads_stop_seed_top_p_and_tool_choice_on_each_wire() -> None:
+    from cuca.types import ToolChoice
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    chat = chat_in(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "x"}],
+            "stop": "END",
+            "seed": 7,
+            "top_p": 0.5,
+            "tools": tools,
+            "tool_choice": {"type": "function", "function": {"name": "f"}},
+        }
+    ).request
+    assert (chat.stop, chat.seed, chat.top_p) == (("END",), 7, 0.5)
+    assert chat.tool_choice == ToolChoice.tool("f")
+    anthropic = anthropic_in(
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "messages": [{"role": "user", "content": "x"}],
+            "stop_sequences": ["a", "b"],
+            "top_p": 0.9,
+            "tool_choice": {"type": "any"},
+        }
+    ).request
+    assert (anthropic.stop, anthropic.top_p) == (("a", "b"), 0.9)
+    assert anthropic.tool_choice == ToolChoice.REQUIRED
+    responses = responses_in({"model": "m", "input": "x", "tool_choice": "none"}).request
+    assert responses.tool_choice == ToolChoice.NONE
+    with pytest.raises(ConfigurationError, match="tool_choice"):
+        chat_in(
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "maybe"}
+        )

@@ -19,6 +19,8 @@ a ``system`` role inside ``messages``      a System message where it stands (Cla
                                            ``adaptive`` with ``output_config.effort``)
                                            or off (``disabled``)
 ``tools`` (client tools)                   ``tools``
+``stop_sequences``, ``top_p``              ``stop``, ``top_p``
+``tool_choice`` (``any``: REQUIRED)        ``tool_choice``
 =========================================  =========================================
 
 A budget maps as cuca's own request does: the native ``budget_tokens`` rides in
@@ -41,6 +43,7 @@ from cuca.types import (
     ThinkingConfig,
     ThinkingEffort,
     ToolCall,
+    ToolChoice,
     ToolDefinition,
     ToolResult,
     UnifiedMessage,
@@ -108,8 +111,33 @@ def decode(
         stream=bool(top.boolean("stream")),
         thinking=_thinking(top),
         tools=tuple(_tool(t) for t in top.objects("tools")),
+        stop=_stop_sequences(top),
+        top_p=top.number("top_p"),
+        tool_choice=_tool_choice(top.object("tool_choice")),
     )
     return Inbound(request)
+
+
+def _stop_sequences(top: Body) -> tuple[str, ...]:
+    value = top.get("stop_sequences", list, what="an array of strings") or []
+    if not all(isinstance(v, str) for v in value):
+        raise ConfigurationError("stop_sequences must hold strings only")
+    return tuple(value)
+
+
+_CHOICES = {"auto": ToolChoice.AUTO, "any": ToolChoice.REQUIRED, "none": ToolChoice.NONE}
+
+
+def _tool_choice(choice: Body | None) -> ToolChoice | None:
+    """``{"type": "auto" | "any" | "none"}``, or ``{"type": "tool", "name"}``."""
+    if choice is None:
+        return None
+    kind = choice.text("type", required=True) or ""
+    if kind == "tool":
+        return ToolChoice.tool(choice.text("name", required=True) or "")
+    if kind not in _CHOICES:
+        raise ConfigurationError(f"tool_choice.type must be auto, any, none or tool, not {kind!r}")
+    return _CHOICES[kind]
 
 
 def _system_text(top: Body) -> str:

@@ -18,6 +18,8 @@ the body                                 the request
 ``thinking: {"type": ...}``              ``thinking`` on or off (DeepSeek's switch)
 ``tools`` (functions)                    ``tools``
 ``response_format``                      ``output_schema``
+``stop``, ``seed``, ``top_p``            the same fields
+``tool_choice``                          ``tool_choice`` (a named function: one tool)
 ``stream_options.include_usage``         the usage chunk (:class:`.serving.Inbound`)
 =======================================  ===========================================
 
@@ -44,6 +46,7 @@ from cuca.types import (
     ThinkingConfig,
     ThinkingEffort,
     ToolCall,
+    ToolChoice,
     ToolDefinition,
     ToolResult,
     UnifiedMessage,
@@ -52,7 +55,7 @@ from cuca.types import (
 
 from ..serving import Body, Inbound
 
-__all__ = ["EFFORTS", "decode", "decode_request", "image_block", "parts_text"]
+__all__ = ["EFFORTS", "decode", "decode_request", "image_block", "parts_text", "tool_choice"]
 
 EFFORTS: dict[str, ThinkingEffort | None] = {
     "none": None,
@@ -66,6 +69,7 @@ EFFORTS: dict[str, ThinkingEffort | None] = {
 """``reasoning_effort`` values: ``none`` turns thinking off, the others on at an effort."""
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
+_CHOICES = {"auto": ToolChoice.AUTO, "none": ToolChoice.NONE, "required": ToolChoice.REQUIRED}
 
 
 def decode_request(body: Any) -> UnifiedRequest:
@@ -97,8 +101,43 @@ def decode(body: Any) -> Inbound:
         thinking=_thinking(top),
         tools=tuple(_tool(t) for t in top.objects("tools")),
         output_schema=_output_schema(top.object("response_format")),
+        stop=_stop(top, "stop"),
+        seed=top.integer("seed"),
+        top_p=top.number("top_p"),
+        tool_choice=tool_choice(top),
     )
     return Inbound(request, include_usage=include_usage and stream)
+
+
+def _stop(top: Body, key: str) -> tuple[str, ...]:
+    value = top.get(key, str, list, what="a string or an array of strings")
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not all(isinstance(v, str) for v in value):
+        raise ConfigurationError(f"{top.at(key)} must hold strings only")
+    return tuple(value)
+
+
+def tool_choice(top: Body) -> ToolChoice | None:
+    """``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, or a named function
+    (``{"type": "function", "function": {"name"}}``, or the Responses form with
+    ``name`` at the top)."""
+    value = top.get("tool_choice", str, dict, what="a string or an object")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value not in ("auto", "none", "required"):
+            raise ConfigurationError(f"tool_choice must be auto, none or required, not {value!r}")
+        return _CHOICES[value]
+    choice = top.object("tool_choice")
+    assert choice is not None
+    function = choice.object("function")
+    name = function.text("name") if function is not None else choice.text("name")
+    if not name:
+        raise ConfigurationError("tool_choice names no function")
+    return ToolChoice.tool(name)
 
 
 # -- messages --------------------------------------------------------------------------

@@ -20,6 +20,7 @@ a ``function_call_output`` item            a Tool message with one ToolResult
 ``reasoning.effort``                       ``thinking`` (``none``: off)
 ``tools`` (functions)                      ``tools``
 ``text.format`` (``json_schema``)          ``output_schema``
+``top_p``, ``tool_choice``                 the same fields
 =========================================  =========================================
 
 Consecutive assistant items (reasoning, a message, calls) are one assistant turn, in
@@ -47,7 +48,7 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-from ..chat.inbound import EFFORTS, image_block
+from ..chat.inbound import EFFORTS, image_block, tool_choice
 from ..serving import PASS_THROUGH, Body, Inbound, Signatures
 
 __all__ = ["decode", "decode_request"]
@@ -94,6 +95,8 @@ def decode(body: Any, signatures: Signatures = PASS_THROUGH) -> Inbound:
         thinking=_thinking(top.object("reasoning")),
         tools=tuple(_tool(t) for t in top.objects("tools")),
         output_schema=_output_schema(top.object("text")),
+        top_p=top.number("top_p"),
+        tool_choice=tool_choice(top),
     )
     return Inbound(request)
 
