@@ -14,6 +14,7 @@ from .errors import ConfigurationError, CucaError, OutputValidationError, Plugin
 from .turn import EndOfTurn, Item, TurnState, split_end
 from .types import (
     Block,
+    FinishReason,
     OutputSchema,
     TokenUsage,
     ToolCall,
@@ -278,9 +279,10 @@ class Completion:
         return self.response.usage
 
     @property
-    def finish_reason(self) -> str | None:
-        """Why the turn ended (``response.finish_reason``): ``"stop"``, ``"length"``,
-        ``"tool_calls"``... as the backend said it."""
+    def finish_reason(self) -> FinishReason | None:
+        """Why the turn ended (``response.finish_reason``), the same on every backend:
+        ``FinishReason.STOP``, ``LENGTH``, ``TOOL_CALLS``... (the backend's own word is
+        ``response.provider_finish_reason``)."""
         return self.response.finish_reason
 
 

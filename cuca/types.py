@@ -858,6 +858,20 @@ class FinishReason(enum.StrEnum):
     """A reason none of the above names (kept in ``provider_finish_reason``)."""
 
 
+def _finish_reason(value: FinishReason | str | None) -> FinishReason | None:
+    """A :class:`FinishReason` from itself or its value (``"stop"``)."""
+    if value is None or isinstance(value, FinishReason):
+        return value
+    try:
+        return FinishReason(value)
+    except ValueError:
+        names = ", ".join(reason.value for reason in FinishReason)
+        raise ConfigurationError(
+            f"a finish reason is one of {names}, not {kind(value)}: an adapter maps its "
+            "wire's own string to one of them and keeps it as provider_finish_reason"
+        ) from None
+
+
 @attrs.frozen
 class TokenUsage:
     """Token counts of one turn. ``reasoning_tokens`` is ``None`` when not reported."""
@@ -894,7 +908,7 @@ class TurnSummary:
 
     usage: TokenUsage | None = None
     prompt_cache_usage: PromptCacheUsage | None = None
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = attrs.field(default=None, converter=_finish_reason)
     counted_usage: TokenUsage | None = None
     provider_finish_reason: str | None = None
 
@@ -918,7 +932,7 @@ class UnifiedResponse:
     model: str
     usage: TokenUsage | None = None
     prompt_cache_usage: PromptCacheUsage | None = None
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = attrs.field(default=None, converter=_finish_reason)
     """Why the answer ended, the same on every backend (``None`` when the turn has no
     end: a turn cut short raises instead)."""
     counted_usage: TokenUsage | None = None

@@ -54,6 +54,9 @@ class ChatDialect(TypedDict, total=False):
     key_host: str
     structured: Literal["json_schema", "json_object"]
     closes_after_stream: bool
+    max_stop: int
+    seed: bool
+    named_tool_choice: bool
 
 
 @attrs.frozen
@@ -122,7 +125,11 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         "openai",
         "OpenAI",
         "https://api.openai.com/v1",
-        {"max_tokens_field": "max_completion_tokens", "key_host": "api.openai.com"},
+        {
+            "max_tokens_field": "max_completion_tokens",
+            "key_host": "api.openai.com",
+            "max_stop": 4,  # "Up to 4 sequences" (the API reference)
+        },
         key_env=("OPENAI_API_KEY",),
         base_url_env=("OPENAI_BASE_URL",),
         default_model="gpt-4o-mini",
@@ -176,7 +183,12 @@ ENDPOINTS: tuple[EndpointInfo, ...] = (
         docs="llama-cpp.md",
     ),
     chat_server("vllm", "vLLM", "http://127.0.0.1:8000/v1"),
-    chat_server("lm_studio", "LM Studio", "http://127.0.0.1:1234/v1"),
+    chat_server(
+        "lm_studio",
+        "LM Studio",
+        "http://127.0.0.1:1234/v1",
+        {"named_tool_choice": False},  # tool_choice: "auto", "none" or "required"
+    ),
     EndpointInfo("local", "local", "a GGUF model in process", "none", None),
 )
 """Every built-in endpoint, in the order the docs and the command list them."""

@@ -4,23 +4,30 @@ against what the code does, so that the two cannot drift apart again."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import trio
+from conformance.targets import BY_NAME
+from support.models import load_model
 from support.transcripts import transcript
 
 from cuca import (
+    ConfigurationError,
     CucaClient,
     PluginError,
     ProviderEndpoint,
     RetryPolicy,
     Timeouts,
+    ToolChoice,
     TransportError,
     UnifiedRequest,
 )
+from cuca.engine import LocalModel
 from cuca.stages import after, before, map_items
 from cuca.testing import Reply, logged_reply, open_replay_server
 
@@ -254,3 +261,115 @@ def test_tools_page_says_how_the_local_tool_loop_test_shows_the_model() -> None:
     assert request.temperature == 0.0 and isinstance(local.SEED, int)
     assert "five worked examples (question, call, result, answer), at temperature 0 with a " \
         "fixed seed" in page("tools.md")
+
+
+# -- docs/unified.md: stop, seed, top_p and tool_choice on each backend -------------------
+
+
+def _tables(heading: str) -> list[list[list[str]]]:
+    """The markdown tables of docs/unified.md's section ``heading``: rows of cells."""
+    text = page("unified.md").split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    tables: list[list[list[str]]] = []
+    rows: list[list[str]] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            if not line.startswith("|---"):
+                rows.append([c.strip() for c in line.strip().strip("|").split(" | ")])
+        elif rows:
+            tables.append(rows)
+            rows = []
+    return tables
+
+
+FIELDS = "Stop, seed, top_p and tool_choice on each backend"
+CONTROLS, CHOICES = _tables(FIELDS)
+BASE = (
+    UnifiedRequest.new("m").add_user_message("hi").add_tool("get_weather", "", {"type": "object"})
+)
+SET: dict[str, Callable[[UnifiedRequest], UnifiedRequest]] = {
+    "`stop`": lambda r: r.set_stop("END"),
+    "`seed`": lambda r: r.set_seed(7),
+    "`top_p`": lambda r: r.set_top_p(0.5),
+    '`"auto"`': lambda r: r.set_tool_choice("auto"),
+    '`"none"`': lambda r: r.set_tool_choice("none"),
+    '`"required"`': lambda r: r.set_tool_choice("required"),
+    '`ToolChoice.tool("get_weather")`': lambda r: r.set_tool_choice(ToolChoice.tool("get_weather")),
+}
+CELLS = [
+    (row[0], header, cell)
+    for table in (CONTROLS, CHOICES)
+    for row in table[1:]
+    for header, cell in zip(table[0][1:], row[1:], strict=True)
+]
+
+
+def _target(label: str) -> str:
+    return label.rsplit("(`", 1)[1].rstrip("`)")
+
+
+def _body(target: str, request: UnifiedRequest) -> dict[str, object]:
+    body = BY_NAME[target].adapter().encode(request).body
+    assert isinstance(body, dict)
+    return body
+
+
+@pytest.mark.parametrize(("backend", "field", "cell"), CELLS, ids=[f"{b}-{f}" for b, f, _ in CELLS])
+def test_unified_fields_table_says_what_each_backend_sends(
+    backend: str, field: str, cell: str, local_model: LocalModel
+) -> None:
+    """Each cell: a code span is sent as written; "dropped" sends the body of the request
+    without the field; "refused" is a ConfigurationError before anything is sent; an
+    "engine:" cell is the local engine's prepared turn."""
+    target, request = _target(backend), SET[field](BASE)
+    if target == "local":
+        prepared = local_model.prepare(request.set_temperature(1.0))
+        kind = field.strip('`"')
+        if kind == "stop":
+            assert prepared.stop == ("END",)
+        elif kind in ("seed", "top_p"):
+            steps = {step.kind: step.value for step in prepared.steps}
+            assert steps["dist" if kind == "seed" else "top_p"] == (7 if kind == "seed" else 0.5)
+        elif kind in ("required", 'ToolChoice.tool("get_weather")'):
+            assert prepared.grammar is not None and "get_weather" in prepared.grammar
+        elif kind == "none":
+            assert "get_weather" not in local_model.render(request)
+        else:
+            assert prepared.grammar is None and "get_weather" in local_model.render(request)
+        return
+    if cell.startswith("refused"):
+        with pytest.raises(ConfigurationError):
+            _body(target, request)
+    elif cell.startswith("dropped"):
+        assert _body(target, request) == _body(target, BASE)
+    else:
+        sent = json.dumps(_body(target, request))
+        spans = re.findall(r"`([^`]+)`", cell)
+        assert spans and all(span in sent for span in spans[:1]), (spans, sent)
+        if "only that tool sent" in cell:
+            assert json.loads(sent)["tools"] == _body(target, BASE)["tools"][:1]
+        limit = re.search(r"at most (\d+)", cell)
+        if limit is not None:
+            most = int(limit.group(1))
+            _body(target, BASE.set_stop([f"s{i}" for i in range(most)]))
+            with pytest.raises(ConfigurationError, match=f"at most {most} stop sequences"):
+                _body(target, BASE.set_stop([f"s{i}" for i in range(most + 1)]))
+        if "with thinking on" in cell:
+            thinking = request.set_thinking(True).set_max_tokens(4096)
+            with pytest.raises(ConfigurationError):
+                _body(target, thinking)
+
+
+def test_unified_fields_table_covers_every_backend_and_both_tables_agree() -> None:
+    controls = {_target(row[0]) for row in CONTROLS[1:]}
+    choices = {_target(row[0]) for row in CHOICES[1:]}
+    assert controls == choices
+    assert controls - {"local"} <= set(BY_NAME)
+    assert "local" in controls
+
+
+@pytest.fixture(scope="module")
+def local_model() -> Iterator[LocalModel]:
+    """SmolLM2 with the ChatML template that has Hermes-style tools."""
+    template = Path(__file__).resolve().parent / "templates" / "chatml_tools.jinja"
+    with load_model("smollm2", n_ctx=1024, chat_template=template.read_text()) as model:
+        yield model

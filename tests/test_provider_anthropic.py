@@ -16,6 +16,7 @@ from cuca import (
     AnthropicThinkingParams,
     ConfigurationError,
     CucaClient,
+    FinishReason,
     HttpStatusError,
     ImageBase64,
     MessageRole,
@@ -355,7 +356,8 @@ def test_anthropic_decoder_text() -> None:
     assert decoded.error is None
     assert decoded.items == [Text("Hello"), Text(", wörld! ☀")]
     assert decoded.summary.usage == TokenUsage(25, 15, None)
-    assert decoded.summary.finish_reason == "end_turn"
+    assert decoded.summary.provider_finish_reason == "end_turn"
+    assert decoded.summary.finish_reason is FinishReason.STOP
 
 
 def test_anthropic_decoder_recorded_tool_use() -> None:
@@ -366,7 +368,8 @@ def test_anthropic_decoder_recorded_tool_use() -> None:
         ToolCall("toolu_01NRLabsLyVHZPKxbKvkfSMn", "get_weather", {"location": "Paris"}),
     ]
     assert decoded.summary.usage == TokenUsage(377, 65, None)
-    assert decoded.summary.finish_reason == "tool_use"
+    assert decoded.summary.provider_finish_reason == "tool_use"
+    assert decoded.summary.finish_reason is FinishReason.TOOL_CALLS
 
 
 def test_anthropic_decoder_thinking_text_streams_and_signature_closes_the_block() -> None:
@@ -521,7 +524,7 @@ def test_anthropic_decoder_matches_the_sdk_accumulator(name: str) -> None:
     assert decoded.summary.prompt_cache_usage == (
         PromptCacheUsage(read, write) if has_cache else None
     )
-    assert decoded.summary.finish_reason == message.stop_reason
+    assert decoded.summary.provider_finish_reason == message.stop_reason
 
 
 # -- over HTTP -------------------------------------------------------------------------

@@ -139,7 +139,8 @@ def test_deepseek_bridge_decodes_unsigned_thinking_and_tool_use() -> None:
     ]
     assert decoded.summary.usage == TokenUsage(64, 38, None)
     assert decoded.summary.prompt_cache_usage is None
-    assert decoded.summary.finish_reason == "tool_use"
+    assert decoded.summary.provider_finish_reason == "tool_use"
+    assert decoded.summary.finish_reason == "tool_calls"
 
 
 @settings(max_examples=examples(50), deadline=None)

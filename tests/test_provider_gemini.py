@@ -326,7 +326,9 @@ def test_gemini_decoder_text_and_signature_on_an_empty_part() -> None:
         Text("St**r**awbe**rr**y"),
         Text("", TEXT_SIG, GEMINI),
     ]
-    assert decoded.summary == TurnSummary(TokenUsage(9, 23 + 302, 302), None, "STOP")
+    assert decoded.summary == TurnSummary(
+        TokenUsage(9, 23 + 302, 302), None, "stop", provider_finish_reason="STOP"
+    )
 
 
 def test_gemini_decoder_function_call_without_id_gets_one() -> None:
@@ -375,7 +377,8 @@ def test_gemini_decoder_usage_only_final_chunk() -> None:
     assert decoded.items == [Text("Cached context says hi.")]
     assert decoded.summary.usage == TokenUsage(12 + 65, 71 + 89, 89)  # + toolUsePrompt
     assert decoded.summary.prompt_cache_usage == PromptCacheUsage(read_tokens=4)
-    assert decoded.summary.finish_reason == "STOP"
+    assert decoded.summary.provider_finish_reason == "STOP"
+    assert decoded.summary.finish_reason == "stop"
 
 
 def test_gemini_decoder_raw_error_object_ends_the_turn() -> None:
@@ -461,7 +464,8 @@ def test_gemini_decoder_blocked_prompt_is_a_clean_end() -> None:
     frame = f"data: {json.dumps(chunk)}\r\n\r\n".encode()
     decoded = decode_bytes([frame])
     assert decoded.error is None
-    assert decoded.summary.finish_reason == "SAFETY"
+    assert decoded.summary.provider_finish_reason == "SAFETY"
+    assert decoded.summary.finish_reason == "content_filter"
 
 
 def test_gemini_decoder_lf_framing_works_too() -> None:

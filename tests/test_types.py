@@ -214,10 +214,13 @@ def test_types_finish_reason_is_one_closed_set_that_reads_as_text() -> None:
         finish_reason="tool_calls",
         provider_finish_reason="tool_use",
     )
-    assert response.finish_reason == cuca.FinishReason.TOOL_CALLS == "tool_calls"
+    assert response.finish_reason is cuca.FinishReason.TOOL_CALLS
+    assert response.finish_reason == "tool_calls"
     assert [r.value for r in cuca.FinishReason] == [
         "stop", "length", "tool_calls", "content_filter", "refusal", "error", "other"
     ]  # fmt: skip
+    with pytest.raises(ConfigurationError, match="not 'end_turn'"):
+        cuca.UnifiedResponse(ProviderEndpoint.ANTHROPIC, "m", finish_reason="end_turn")
 
 
 def test_types_response_and_summary_survive_json_with_both_finish_reasons() -> None:

@@ -367,7 +367,7 @@ class _Recorder(TurnObserver):
                 row["usage"] = _json_or_none(response.usage)
                 row["cache_usage"] = _json_or_none(response.prompt_cache_usage)
                 reason = response.finish_reason
-                row["finish_reason"] = None if reason is None else str(reason)
+                row["finish_reason"] = None if reason is None else reason.value
                 row["provider_finish_reason"] = response.provider_finish_reason
                 cost = response.cost
                 row["cost"] = None if cost is None else f"{cost:f}"

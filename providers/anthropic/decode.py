@@ -30,6 +30,7 @@ import msgspec
 from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
+    FinishReason,
     PromptCacheUsage,
     ProviderEndpoint,
     Text,
@@ -40,6 +41,7 @@ from cuca.types import (
 )
 
 from ..base import Item, StreamDecoder, guarded_feed
+from ..controls import finish_fields
 from ..decoding import Shape, decode_frame, stream_error, streamed_arguments
 from .overflow import anthropic_overflow
 
@@ -129,6 +131,17 @@ class _OpenBlock:
 _Handler = Callable[["AnthropicDecoder", _Event], list[Item]]
 
 
+ANTHROPIC_FINISH: Mapping[str, FinishReason] = {
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "max_tokens": FinishReason.LENGTH,
+    "model_context_window_exceeded": FinishReason.LENGTH,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "refusal": FinishReason.REFUSAL,
+}
+"""The Messages API's ``stop_reason`` values; any other (``pause_turn``...) is ``OTHER``."""
+
+
 class AnthropicDecoder(StreamDecoder):
     """Decodes one response of the Messages API; ``provider`` names the backend in
     errors (``"anthropic"``, or ``"deepseek"`` for the bridge)."""
@@ -165,8 +178,9 @@ class AnthropicDecoder(StreamDecoder):
 
     def summary(self) -> TurnSummary:
         usage = self._usage
+        finish = finish_fields(self._stop_reason, ANTHROPIC_FINISH)
         if not usage:
-            return TurnSummary(finish_reason=self._stop_reason)
+            return TurnSummary(**finish)
         read = usage.get("cache_read_input_tokens", 0)
         write = usage.get("cache_creation_input_tokens", 0)
         tokens = TokenUsage(
@@ -176,7 +190,7 @@ class AnthropicDecoder(StreamDecoder):
         )
         has_cache = "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage
         cache = PromptCacheUsage(read, write) if has_cache else None
-        return TurnSummary(tokens, cache, self._stop_reason)
+        return TurnSummary(tokens, cache, **finish)
 
     # -- events ------------------------------------------------------------------------
 

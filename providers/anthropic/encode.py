@@ -42,6 +42,7 @@ from cuca.types import (
 )
 
 from ..base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder, refuse
+from ..controls import forced, stop_sequences, tool_choice
 from ..decoding import Overflow
 from ..ratelimit import read_hint
 from ..table import missing_key_hint
@@ -84,6 +85,8 @@ EPHEMERAL = {"type": "ephemeral"}
 
 MAX_TEMPERATURE = 1.0
 """Anthropic's documented temperature range is 0 to 1 (OpenAI's and Gemini's reach 2)."""
+MIN_THINKING_TOP_P = 0.95
+"""With thinking on, Anthropic takes ``top_p`` from 0.95 to 1 only."""
 
 
 def _strings(values: Iterable[str]) -> tuple[str, ...]:
@@ -241,6 +244,7 @@ class AnthropicAdapter(ProviderAdapter):
         if request.output_schema is not None:
             output = body.setdefault("output_config", {})
             output["format"] = anthropic_format(request.output_schema)
+        body.update(_controls(request, self.dialect))
         body["stream"] = request.stream
         return HttpRequest(self.url, self.headers, body)
 
@@ -309,6 +313,34 @@ def _tools(request: UnifiedRequest, cache: PromptCache | None) -> list[dict[str,
     if cache is not None and cache.tools:
         tools[-1]["cache_control"] = dict(EPHEMERAL)
     return tools
+
+
+def _controls(request: UnifiedRequest, dialect: _Dialect) -> dict[str, Any]:
+    """``stop_sequences``, ``top_p`` and ``tool_choice`` (the Messages API has no seed:
+    a request's is dropped). With thinking on, Anthropic takes ``top_p`` from 0.95 to 1
+    only and no forced tool use (its extended-thinking page): both refused here."""
+    fields: dict[str, Any] = {}
+    stop = stop_sequences(request, dialect.name)
+    if stop:
+        fields["stop_sequences"] = stop
+    thinking = not dialect.bridge and request.thinking is not None and request.thinking.enabled
+    if request.top_p is not None:
+        if thinking and request.top_p < MIN_THINKING_TOP_P:
+            raise ConfigurationError(
+                f"top_p {request.top_p} is below {MIN_THINKING_TOP_P}, the least the "
+                "Messages API takes with thinking on"
+            )
+        fields["top_p"] = request.top_p
+    choice = tool_choice(request)
+    if choice is not None:
+        if thinking and forced(choice):
+            raise ConfigurationError(
+                f"tool_choice {str(choice)!r} forces a tool call, which the Messages API "
+                "refuses with thinking on: leave tool_choice 'auto', or turn thinking off"
+            )
+        kind = {"required": "any", "tool": "tool"}.get(choice.mode.value, choice.mode.value)
+        fields["tool_choice"] = {"type": kind, **({"name": choice.name} if choice.name else {})}
+    return fields
 
 
 def _implied_budget(config: ThinkingConfig | None) -> int | None:

@@ -22,6 +22,7 @@ Stream rules, from ``reference/wire.md`` sections 1 to 4, 6 and 11:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -29,6 +30,7 @@ import msgspec
 from cuca.errors import StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
+    FinishReason,
     PromptCacheUsage,
     ProviderEndpoint,
     Text,
@@ -38,6 +40,7 @@ from cuca.types import (
 )
 
 from ..base import Item, StreamDecoder, guarded_feed
+from ..controls import finish_fields
 from ..decoding import Shape, decode_frame, error_text, finished_call, json_body, stream_error
 from .overflow import chat_overflow
 
@@ -149,6 +152,18 @@ def _endpoint(provider: str) -> ProviderEndpoint:
     return ProviderEndpoint.custom(provider)
 
 
+CHAT_FINISH: Mapping[str, FinishReason] = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,  # the deprecated functions API
+    "content_filter": FinishReason.CONTENT_FILTER,
+    "insufficient_system_resource": FinishReason.ERROR,  # DeepSeek
+}
+"""The chat wire's ``finish_reason`` values (OpenAI, vLLM, LM Studio, DeepSeek,
+llama-server); any other is ``OTHER``."""
+
+
 class ChatCompletionsDecoder(StreamDecoder):
     """Turns ``chat.completion.chunk`` events into blocks (one instance per turn).
 
@@ -166,6 +181,7 @@ class ChatCompletionsDecoder(StreamDecoder):
         self._usage: TokenUsage | None = None
         self._cache: PromptCacheUsage | None = None
         self._finish_reason: str | None = None
+        self._called = False  # a tool call was completed
 
     @guarded_feed("openai-compatible")
     def feed(self, event: SseEvent) -> list[Item]:
@@ -234,6 +250,7 @@ class ChatCompletionsDecoder(StreamDecoder):
             return []
         ordered = [pending for index in sorted(self._calls) for pending in self._calls[index]]
         self._calls.clear()
+        self._called = True
         return [self._complete(n, pending) for n, pending in enumerate(ordered)]
 
     def _complete(self, position: int, pending: _PendingCall) -> Item:
@@ -259,4 +276,5 @@ class ChatCompletionsDecoder(StreamDecoder):
         raise StreamIncomplete("stream ended before the turn was complete")
 
     def summary(self) -> TurnSummary:
-        return TurnSummary(self._usage, self._cache, self._finish_reason)
+        finish = finish_fields(self._finish_reason, CHAT_FINISH, called=self._called)
+        return TurnSummary(self._usage, self._cache, **finish)

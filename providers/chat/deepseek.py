@@ -31,6 +31,8 @@ DEEPSEEK = Dialect(
     echo_reasoning="tool_turns",
     key_host="api.deepseek.com",
     structured="json_object",
+    max_stop=16,  # "Up to 16 sequences" (the API reference)
+    seed=False,  # the API has no seed
 )
 
 

@@ -34,12 +34,14 @@ from cuca.types import (
     ThinkingEffort,
     TokenCount,
     ToolCall,
+    ToolChoiceMode,
     ToolResult,
     UnifiedMessage,
     UnifiedRequest,
 )
 
 from ..base import HttpRequest, ProviderAdapter, Send, StreamDecoder
+from ..controls import stop_sequences, tool_choice
 from ..decoding import Overflow, error_text
 from ..ratelimit import read_hint
 from ..table import endpoint_info, missing_key_hint
@@ -87,6 +89,10 @@ class Dialect:
     once a streamed answer ends without announcing it (``Connection: close`` is never
     sent back): a streamed request then asks for the close itself, so the connection
     never goes back to the pool, where the next turn would race the server's close.
+    ``max_stop`` is the most stop sequences the server takes (more is refused before
+    sending); ``seed`` whether it takes a seed (without, a request's seed is dropped);
+    ``named_tool_choice`` whether ``tool_choice`` takes a named function (without, a
+    named tool is sent as ``"required"`` with only that tool).
     """
 
     endpoint: ProviderEndpoint
@@ -96,6 +102,9 @@ class Dialect:
     key_host: str | None = None
     structured: Literal["json_schema", "json_object"] = "json_schema"
     closes_after_stream: bool = False
+    max_stop: int | None = None
+    seed: bool = True
+    named_tool_choice: bool = True
 
     @property
     def name(self) -> str:
@@ -216,6 +225,36 @@ def _encode_tools(request: UnifiedRequest) -> list[dict[str, Any]]:
     ]
 
 
+def _sampling_fields(dialect: Dialect, request: UnifiedRequest) -> dict[str, Any]:
+    """``stop`` (at most the dialect's ``max_stop``), ``seed`` (where the server takes
+    one) and ``top_p``, each only when the request sets it."""
+    fields: dict[str, Any] = {}
+    stop = stop_sequences(request, dialect.name, dialect.max_stop)
+    if stop:
+        fields["stop"] = stop
+    if request.seed is not None and dialect.seed:
+        fields["seed"] = request.seed
+    if request.top_p is not None:
+        fields["top_p"] = request.top_p
+    return fields
+
+
+def _tool_choice_fields(
+    dialect: Dialect, request: UnifiedRequest, body: dict[str, Any]
+) -> dict[str, Any]:
+    """``tool_choice``: a mode's string, or the named function. A server that takes no
+    named function gets ``"required"``, and ``body``'s tools are cut to that one."""
+    choice = tool_choice(request)
+    if choice is None:
+        return {}
+    if choice.mode is not ToolChoiceMode.TOOL:
+        return {"tool_choice": choice.mode.value}
+    if dialect.named_tool_choice:
+        return {"tool_choice": {"type": "function", "function": {"name": choice.name}}}
+    body["tools"] = [t for t in body["tools"] if t["function"]["name"] == choice.name]
+    return {"tool_choice": "required"}
+
+
 def _thinking_fields(dialect: Dialect, thinking: ThinkingConfig | None) -> dict[str, Any]:
     if dialect.thinking == "mode":
         if thinking is None:
@@ -237,8 +276,10 @@ def encode_body(dialect: Dialect, request: UnifiedRequest, model: str) -> dict[s
     if request.max_tokens is not None:
         body[dialect.max_tokens_field] = request.max_tokens
     body.update(_thinking_fields(dialect, request.thinking))
+    body.update(_sampling_fields(dialect, request))
     if request.tools:
         body["tools"] = _encode_tools(request)
+    body.update(_tool_choice_fields(dialect, request, body))
     spec = request.output_schema
     if spec is not None and dialect.structured == "json_object":
         lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))

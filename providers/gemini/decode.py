@@ -21,7 +21,7 @@ ends before any finishReason was cut.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -29,6 +29,7 @@ import msgspec
 from cuca.errors import ProviderError, StreamIncomplete, ToolCallError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
+    FinishReason,
     PromptCacheUsage,
     ProviderEndpoint,
     Text,
@@ -40,6 +41,7 @@ from cuca.types import (
 )
 
 from ..base import Item, StreamDecoder, guarded_feed
+from ..controls import finish_fields
 from ..decoding import Shape, decode_frame, json_body, stream_error
 from .overflow import gemini_overflow
 
@@ -99,6 +101,34 @@ class _Response(_Shape):
 _RESPONSE = msgspec.json.Decoder(_Response | list[_Response])
 
 
+GEMINI_FINISH: Mapping[str, FinishReason] = {
+    "STOP": FinishReason.STOP,
+    "MAX_TOKENS": FinishReason.LENGTH,
+    **dict.fromkeys(
+        (
+            "SAFETY",
+            "RECITATION",
+            "BLOCKLIST",
+            "PROHIBITED_CONTENT",
+            "SPII",
+            "IMAGE_SAFETY",
+            "IMAGE_PROHIBITED_CONTENT",
+            "IMAGE_RECITATION",
+            "OTHER_SAFETY",  # promptFeedback.blockReason values from here on
+            "JAILBREAK",
+        ),
+        FinishReason.CONTENT_FILTER,
+    ),
+    **dict.fromkeys(
+        ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"),
+        FinishReason.ERROR,
+    ),
+}
+"""Gemini's ``finishReason`` (and a blocked prompt's ``blockReason``) values; any other
+(``OTHER``, ``LANGUAGE``...) is ``OTHER``. ``STOP`` after a ``functionCall`` part is
+``TOOL_CALLS``: Gemini names no reason of its own for a call."""
+
+
 class GeminiDecoder(StreamDecoder):
     """Decodes one ``streamGenerateContent?alt=sse`` response; ``new_id`` names the
     function calls that arrived without an id."""
@@ -108,6 +138,7 @@ class GeminiDecoder(StreamDecoder):
         self._new_id = new_id
         self._finish_reason: str | None = None
         self._usage: _UsageMetadata | None = None
+        self._called = False  # a functionCall part arrived
 
     @guarded_feed("gemini")
     def feed(self, event: SseEvent) -> list[Item]:
@@ -145,8 +176,9 @@ class GeminiDecoder(StreamDecoder):
 
     def summary(self) -> TurnSummary:
         usage = self._usage
+        finish = finish_fields(self._finish_reason, GEMINI_FINISH, called=self._called)
         if usage is None:
-            return TurnSummary(finish_reason=self._finish_reason)
+            return TurnSummary(**finish)
         thoughts = usage.thoughts_token_count
         tokens = TokenUsage(
             # tool-use prompt tokens are billed as input but counted apart
@@ -157,7 +189,7 @@ class GeminiDecoder(StreamDecoder):
         )
         cached = usage.cached_content_token_count
         cache = PromptCacheUsage(read_tokens=cached) if cached is not None else None
-        return TurnSummary(tokens, cache, self._finish_reason)
+        return TurnSummary(tokens, cache, **finish)
 
     def _parts(self, parts: list[_Part]) -> list[Item]:
         return [item for part in parts for item in self._part(part)]
@@ -165,6 +197,7 @@ class GeminiDecoder(StreamDecoder):
     def _part(self, part: _Part) -> list[Item]:
         signature = part.thought_signature or None
         if part.function_call is not None:
+            self._called = True
             return [_call(part.function_call, signature, self._new_id)]
         text = part.text or ""
         if not text and signature is None:

@@ -33,12 +33,14 @@ from cuca.types import (
     ThinkingEffort,
     TokenCount,
     ToolCall,
+    ToolChoice,
     ToolResult,
     UnifiedMessage,
     UnifiedRequest,
 )
 
 from ..base import ClientSettings, Framer, HttpRequest, ProviderAdapter, Send, StreamDecoder
+from ..controls import stop_sequences, tool_choice
 from ..decoding import Overflow
 from ..table import missing_key_hint
 from ..whole_response import for_request
@@ -177,6 +179,10 @@ class GeminiFramer:
 # -- request body ----------------------------------------------------------------------
 
 
+MAX_STOP = 5
+"""Gemini's ``stopSequences`` hold at most five ("up to 5", the API reference)."""
+
+
 def encode_body(request: UnifiedRequest) -> dict[str, Any]:
     """The JSON body of a ``streamGenerateContent`` call."""
     body: dict[str, Any] = {}
@@ -190,10 +196,25 @@ def encode_body(request: UnifiedRequest) -> dict[str, Any]:
             for t in request.tools
         ]
         body["tools"] = [{"functionDeclarations": declarations}]
+    choice = tool_choice(request)
+    if choice is not None:
+        body["toolConfig"] = {"functionCallingConfig": _calling_config(choice)}
     config = _generation_config(request)
     if config:
         body["generationConfig"] = config
     return body
+
+
+_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY", "tool": "ANY"}
+"""``tool_choice`` modes as ``functionCallingConfig.mode`` values."""
+
+
+def _calling_config(choice: ToolChoice) -> dict[str, Any]:
+    """``ANY`` restricted to the named function for one tool, else the mode alone."""
+    config: dict[str, Any] = {"mode": _MODES[choice.mode.value]}
+    if choice.name is not None:
+        config["allowedFunctionNames"] = [choice.name]
+    return config
 
 
 def _generation_config(request: UnifiedRequest) -> dict[str, Any]:
@@ -202,6 +223,13 @@ def _generation_config(request: UnifiedRequest) -> dict[str, Any]:
         config["temperature"] = request.temperature
     if request.max_tokens is not None:
         config["maxOutputTokens"] = request.max_tokens
+    stop = stop_sequences(request, "gemini", MAX_STOP)
+    if stop:
+        config["stopSequences"] = stop
+    if request.seed is not None:
+        config["seed"] = request.seed
+    if request.top_p is not None:
+        config["topP"] = request.top_p
     if request.thinking is not None:
         config["thinkingConfig"] = _thinking_config(request.thinking)
     if request.output_schema is not None:

@@ -10,6 +10,7 @@ with ``### User:`` / ``### Assistant:`` markers, and frames ``{"content": ..., "
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -18,6 +19,7 @@ import msgspec
 from cuca.errors import ConfigurationError, ProviderError
 from cuca.stages.sse import SseEvent
 from cuca.types import (
+    FinishReason,
     MessageRole,
     ModelInfo,
     ProviderEndpoint,
@@ -42,6 +44,7 @@ from ..chat.config import OpenAiApi, OpenAiConfig
 from ..chat.decode import chat_error_message
 from ..chat.encode import Dialect, OpenAiCompatAdapter, bearer_headers
 from ..chat.overflow import chat_overflow
+from ..controls import finish_fields, forced
 from ..decoding import Overflow, Shape, decode_frame, error_text, stream_error
 from ..whole_response import WholeResponseDecoder
 from .whole import completion_events
@@ -59,7 +62,11 @@ __all__ = [
 # llama-server ends every streamed answer by closing the connection, unannounced (its
 # chunk provider returns false after the last chunk, which cpp-httplib takes for a
 # failed write); see docs/providers/llama-cpp.md
-LLAMA_CPP = Dialect(ProviderEndpoint.LLAMA_CPP, closes_after_stream=True)
+LLAMA_CPP = Dialect(
+    ProviderEndpoint.LLAMA_CPP,
+    closes_after_stream=True,
+    named_tool_choice=False,  # llama-server reads a tool_choice object as "auto"
+)
 DEFAULT_N_PREDICT = 128
 _PROVIDER = "llama_cpp"
 
@@ -194,6 +201,24 @@ def completion_prompt(request: UnifiedRequest) -> str:
     return "\n".join(lines)
 
 
+def _controls(request: UnifiedRequest) -> dict[str, Any]:
+    """``stop``, ``seed`` and ``top_p``; a forced tool call is refused: the route sends
+    no tools, so ``"auto"`` and ``"none"`` are what it does anyway and are dropped."""
+    if forced(request.tool_choice):
+        raise ConfigurationError(
+            f"llama_cpp's /completion route has no tool calls, so tool_choice "
+            f"{str(request.tool_choice)!r} cannot be met: use the chat route (the default)"
+        )
+    fields: dict[str, Any] = {}
+    if request.stop:
+        fields["stop"] = list(request.stop)
+    if request.seed is not None:
+        fields["seed"] = request.seed
+    if request.top_p is not None:
+        fields["top_p"] = request.top_p
+    return fields
+
+
 class LlamaCompletionAdapter(ProviderAdapter):
     """Speaks llama-server's native ``POST /completion`` with ``stream: true``, whether
     the request is streamed or not (seed 002: "stream is always true"); a non-streamed
@@ -220,6 +245,7 @@ class LlamaCompletionAdapter(ProviderAdapter):
         }
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        body.update(_controls(request))
         if config.n_threads is not None:
             body["n_threads"] = config.n_threads
         if config.n_gpu_layers is not None:
@@ -242,7 +268,12 @@ class LlamaCompletionAdapter(ProviderAdapter):
         return chat_overflow(status, body)
 
 
-_STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
+_STOP_TYPES: Mapping[str, FinishReason] = {
+    "eos": FinishReason.STOP,
+    "word": FinishReason.STOP,  # one of the request's stop strings
+    "limit": FinishReason.LENGTH,
+}
+"""The final frame's ``stop_type`` values; a frame without one counts as ``eos``."""
 
 
 class _CompletionFrame(Shape):
@@ -285,7 +316,7 @@ class CompletionDecoder(StreamDecoder):
             message = error_text(frame.error)
             raise stream_error(_PROVIDER, message, frame.error, data, chat_overflow)
         if frame.stop:
-            self._finish_reason = _STOP_TYPES.get(str(frame.stop_type), "stop")
+            self._finish_reason = frame.stop_type or "eos"
         if not frame.content:
             return []
         self.text_blocks += 1
@@ -296,7 +327,8 @@ class CompletionDecoder(StreamDecoder):
 
     def summary(self) -> TurnSummary:
         counted = TokenUsage(prompt_tokens=0, completion_tokens=self.text_blocks)
-        return TurnSummary(usage=None, finish_reason=self._finish_reason, counted_usage=counted)
+        finish = finish_fields(self._finish_reason, _STOP_TYPES)
+        return TurnSummary(usage=None, counted_usage=counted, **finish)
 
 
 class _StreamedOrWhole(StreamDecoder):

@@ -30,6 +30,7 @@ import msgspec
 from cuca.errors import StreamIncomplete
 from cuca.stages.sse import SseEvent
 from cuca.types import (
+    FinishReason,
     PromptCacheUsage,
     ProviderEndpoint,
     Text,
@@ -40,12 +41,21 @@ from cuca.types import (
 
 from ..base import Item, StreamDecoder, guarded_feed
 from ..chat.overflow import chat_overflow
+from ..controls import finish_fields
 from ..decoding import Shape, decode_frame, error_text, finished_call, stream_error
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesDecoder", "read_usage"]
 
-INCOMPLETE_REASONS: Mapping[str, str] = {"max_output_tokens": "length"}
-"""``incomplete_details.reason`` values renamed to the unified finish reason."""
+INCOMPLETE_REASONS: Mapping[str, FinishReason] = {
+    "max_output_tokens": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+"""``incomplete_details.reason`` values as finish reasons (any other is ``OTHER``); a
+``completed`` response is ``STOP``, or ``TOOL_CALLS`` when it called a function."""
+_RESPONSES_FINISH: Mapping[str, FinishReason] = {
+    "completed": FinishReason.STOP,
+    **INCOMPLETE_REASONS,
+}
 
 
 # -- the event's shape (field names from the openai package's types/responses/) -------
@@ -171,7 +181,8 @@ class ResponsesDecoder(StreamDecoder):
         raise StreamIncomplete("stream ended before the turn was complete")
 
     def summary(self) -> TurnSummary:
-        return TurnSummary(self._usage, self._cache, self._finish_reason)
+        finish = finish_fields(self._finish_reason, _RESPONSES_FINISH, called=self._called)
+        return TurnSummary(self._usage, self._cache, **finish)
 
     # -- events ------------------------------------------------------------------------
 
@@ -231,7 +242,7 @@ class ResponsesDecoder(StreamDecoder):
         self._usage, self._cache = read_usage(response.usage)
         self.finished = True
         pending = self._pending()
-        self._finish_reason = "tool_calls" if self._called else "stop"
+        self._finish_reason = "completed"
         return pending
 
     def _incomplete(self, frame: _Event) -> list[Item]:
@@ -240,7 +251,7 @@ class ResponsesDecoder(StreamDecoder):
         self.finished = True
         details = response.incomplete_details or _Incomplete()
         reason = details.reason or "incomplete"
-        self._finish_reason = INCOMPLETE_REASONS.get(reason, reason)
+        self._finish_reason = reason
         return self._pending()
 
     def _failed(self, frame: _Event) -> list[Item]:

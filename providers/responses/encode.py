@@ -36,6 +36,7 @@ from cuca.types import (
     Thinking,
     ThinkingConfig,
     ToolCall,
+    ToolChoiceMode,
     ToolResult,
     UnifiedMessage,
     UnifiedRequest,
@@ -43,6 +44,7 @@ from cuca.types import (
 
 from ..base import HttpRequest, StreamDecoder, refuse
 from ..chat.encode import OpenAiCompatAdapter, bearer_headers, reasoning_effort, require_key
+from ..controls import no_stop, tool_choice
 from ..whole_response import for_request
 from .decode import ResponsesDecoder
 from .whole import responses_events
@@ -168,6 +170,13 @@ def encode_responses_body(
         body["text"] = responses_text_format(request.output_schema)
     if request.tools:
         body["tools"] = [_tool(t.name, t.description, dict(t.input_schema)) for t in request.tools]
+    no_stop(request, f"{endpoint}'s Responses API")
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
+    choice = tool_choice(request)
+    if choice is not None:  # the Responses API has no seed: a request's is dropped
+        named = {"type": "function", "name": choice.name}
+        body["tool_choice"] = named if choice.mode is ToolChoiceMode.TOOL else choice.mode.value
     return body
 
 
