@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from support.batch_servers import OpenAiBatchServer, Plan
 from support.transcripts import TRANSCRIPTS, transcript
 
 from cuca.testing import RecordedRequest, Reply, open_replay_server
@@ -23,9 +24,15 @@ PAGES = sorted(
 )
 
 
+BATCHES = OpenAiBatchServer(Plan(validating=0.0, running=0.0, finalizing=0.0))
+"""OpenAI's batch routes, for docs/batches.md: a job that has ended when first polled."""
+
+
 def answer(request: RecordedRequest) -> Reply:
     """Each wire gets a faithful transcript; a tool loop gets a call, then an answer."""
     path = request.path
+    if path.startswith(("/v1/batches", "/v1/files")):
+        return BATCHES.answer(request)
     if path.endswith("/chat/completions"):
         body = request.json()
         if body.get("stream") is False:

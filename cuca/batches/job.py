@@ -94,7 +94,7 @@ class BatchGate(Protocol):
     ) -> dict[str, Any]: ...
 
     async def settle_batch(
-        self, reservation: Mapping[str, Any], usd: float, tokens: int
+        self, reservation: Mapping[str, Any], usd: Decimal, tokens: int
     ) -> list[BudgetWarning]: ...
 
 
@@ -296,11 +296,11 @@ async def _reserve(backend: BatchBackend, requests: list[UnifiedRequest]) -> lis
 
 
 async def _release(backend: BatchBackend, reservations: Sequence[Mapping[str, Any]]) -> None:
-    await _settle(backend, reservations, 0.0, 0)
+    await _settle(backend, reservations, Decimal(0), 0)
 
 
 async def _settle(
-    backend: BatchBackend, reservations: Sequence[Mapping[str, Any]], usd: float, tokens: int
+    backend: BatchBackend, reservations: Sequence[Mapping[str, Any]], usd: Decimal, tokens: int
 ) -> list[BudgetWarning]:
     warnings: list[BudgetWarning] = []
     gates = {gate.key: gate for gate in _gates(backend)}
@@ -423,6 +423,6 @@ class BatchJob:
         if not await self._store.update(key, mark_settled, RECORD_TTL):
             return []
         done = [o for o in outcomes.values() if isinstance(o, Completion)]
-        usd = float(sum((c.response.cost or Decimal(0) for c in done), Decimal(0)))
+        usd = sum((c.response.cost or Decimal(0) for c in done), Decimal(0))
         tokens = sum(c.usage.prompt_tokens + c.usage.completion_tokens for c in done if c.usage)
         return await _settle(self._backend, self._record.reservations, usd, tokens)

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from cuca.batch_wire import BatchWire
 from cuca.errors import ConfigurationError, ProviderError
 from cuca.turn import RateLimitHint
 from cuca.types import (
@@ -261,6 +262,14 @@ class AnthropicAdapter(ProviderAdapter):
 
     def overflow(self, status: int, body: str) -> Overflow | None:
         return anthropic_overflow(status, body)
+
+    def batch_wire(self) -> BatchWire:
+        """Anthropic's Message Batches (:mod:`.batch`); DeepSeek's bridge has none."""
+        if self.dialect.bridge:
+            return super().batch_wire()
+        from .batch import MessageBatches
+
+        return MessageBatches(self, f"{self.url}/batches", self.headers)
 
     async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
         """Exact: ``POST /v1/messages/count_tokens`` over the body the turn would send,

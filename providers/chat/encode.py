@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from cuca.batch_wire import BatchWire
 from cuca.errors import ConfigurationError
 from cuca.turn import RateLimitHint
 from cuca.types import (
@@ -351,6 +352,17 @@ class OpenAiCompatAdapter(ProviderAdapter):
 
     def overflow(self, status: int, body: str) -> Overflow | None:
         return chat_overflow(status, body)
+
+    def batch_wire(self) -> BatchWire:
+        """OpenAI's Batch API (:mod:`.batch`); the other servers of this wire have none."""
+        if self.endpoint != ProviderEndpoint.OPENAI:
+            return super().batch_wire()
+        from .batch import ChatBatch
+
+        auth = bearer_headers(self._api_key, stream=False)
+        del auth["content-type"]  # each call sets its own
+        base = self.url.removesuffix(f"/{self.route}")
+        return ChatBatch(self, base, self.route, auth, self.dialect.name)
 
     async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
         """An estimate: tiktoken over the body the turn would send (see

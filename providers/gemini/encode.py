@@ -17,6 +17,7 @@ import json
 import re
 from typing import Any
 
+from cuca.batch_wire import BatchWire
 from cuca.errors import ConfigurationError, ProviderError
 from cuca.stages.framing import JsonOrSse
 from cuca.stages.sse import STRAY_LINE, SseEvent, SseParser
@@ -119,6 +120,13 @@ class GeminiAdapter(ProviderAdapter):
 
     def overflow(self, status: int, body: str) -> Overflow | None:
         return gemini_overflow(status, body)
+
+    def batch_wire(self) -> BatchWire:
+        """Gemini's batch mode (:mod:`.batch`)."""
+        from .batch import GeminiBatches
+
+        headers = {"x-goog-api-key": self._api_key} if self._api_key else {}
+        return GeminiBatches(self, self.base_url, headers)
 
     async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
         """Exact: ``models/{model}:countTokens`` with the turn's whole body as its
