@@ -437,3 +437,39 @@ async def test_store_values_are_copies_and_an_update_keeps_its_ttl(store: Store)
     assert await store.update("long", lambda old: (None, old)) == "kept"
     assert await store.get("long") is None
     assert repr(store).startswith(type(store).__name__ + "(")
+
+
+async def test_store_sqlite_sweeps_expired_rows_every_sweep_every_sets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SWEEP_EVERY``: the expired rows are deleted by every SWEEP_EVERY-th ``set`` of a
+    store (here 3), not before, and the count starts again after each sweep; an expired
+    row no one reads stays until then (a ``get`` never returns it). A store closed and
+    used again opens its file again; its busy timeout is 5 s unless given."""
+    import sqlite3
+
+    from cuca.store import sqlite
+
+    monkeypatch.setattr(sqlite, "SWEEP_EVERY", 3)
+    path = tmp_path / "cuca.db"
+    store = SqliteStore(path)
+    assert store.busy_timeout == 5.0
+
+    def rows() -> int:
+        with sqlite3.connect(path) as db:
+            (count,) = db.execute("SELECT count(*) FROM cuca_store").fetchone()
+        db.close()
+        return int(count)
+
+    counts = []
+    for round_ in range(3):  # sets 1-3, 4-6, 7-9: a sweep at the 3rd, 6th and 9th
+        for n in range(3):
+            if n == 2:
+                await trio.sleep(0.05)  # the two before have expired
+            await store.set(f"{round_}:{n}", n, ttl=0.01 if n < 2 else 60)
+            counts.append(rows())
+    assert counts == [1, 2, 1, 2, 3, 2, 3, 4, 3]
+    assert await store.get("0:0") is None and await store.get("0:2") == 2
+    await store.aclose()
+    assert await store.get("2:2") == 2  # opened again
+    await store.aclose()
