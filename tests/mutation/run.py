@@ -133,6 +133,20 @@ def function_of(name: str) -> str:
     return re.sub(r"__mutmut_\d+$", "", last).strip("ǁ").replace("ǁ", ".")
 
 
+def refresh(where: Path, module: str) -> None:
+    """The tests, and the package but the mutated module, as they are now, in the
+    staging tree and its ``mutants/`` copy (the rest of the package may have moved
+    since: the tests must import the code they were written for)."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    for base in (where, where / "mutants"):
+        shutil.copytree(ROOT / "tests", base / "tests", ignore=skip, dirs_exist_ok=True)
+        keep = (base / staged(module)).read_bytes()
+        shutil.copytree(ROOT / "cuca", base / "cuca", ignore=skip, dirs_exist_ok=True)
+        for folder, target in MAPPED.items():
+            shutil.copytree(ROOT / folder, base / target, ignore=skip, dirs_exist_ok=True)
+        (base / staged(module)).write_bytes(keep)
+
+
 def survivors(where: Path, module: str) -> list[str]:
     """The mutants of the last run of ``module`` in ``where`` that no test killed."""
     meta = where / "mutants" / (staged(module) + ".meta")
@@ -152,10 +166,10 @@ def run(module: str, tests: list[str], children: int, mode: str) -> dict[str, ob
     if mode == "score":
         pass
     elif again and (where / "mutants").exists():
+        if (where / staged(module)).read_text() != (ROOT / module).read_text():
+            raise SystemExit(f"{module} changed since its last run: run it again whole")
         names = survivors(where, module)
-        skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
-        for copy in (where / "tests", where / "mutants" / "tests"):
-            shutil.copytree(ROOT / "tests", copy, ignore=skip, dirs_exist_ok=True)
+        refresh(where, module)
     else:
         where = stage(module, tests)
     log = where / "mutmut.log"
