@@ -100,6 +100,7 @@ if _typing.TYPE_CHECKING:
     from .convert import structure as structure
     from .convert import to_json as to_json
     from .convert import unstructure as unstructure
+    from .embeddings import Embeddings as Embeddings
     from .engine import Capabilities as Capabilities
     from .engine import LocalModel as LocalModel
     from .engine import SamplingConfig as SamplingConfig
@@ -132,6 +133,7 @@ if _typing.TYPE_CHECKING:
     from .tools.tool import ArgumentProblem as ArgumentProblem
     from .tools.tool import Tool as Tool
     from .tools.tool import ToolFailed as ToolFailed
+    from .vectors import EmbeddingError as EmbeddingError
 
 _LAZY: dict[str, str] = {
     "BatchJob": "cuca.batches",
@@ -145,6 +147,8 @@ _LAZY: dict[str, str] = {
     "structure": "cuca.convert",
     "to_json": "cuca.convert",
     "unstructure": "cuca.convert",
+    "Embeddings": "cuca.embeddings",
+    "EmbeddingError": "cuca.vectors",
     "FallbackClient": "cuca.routing.fallback",
     "Budget": "cuca.limits",
     "BudgetWarning": "cuca.plugins",

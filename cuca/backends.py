@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from cuca.stages.stage import Built
 
     from .retry import RetryPolicy
+    from .vectors import EmbeddingRoute
 
 __all__ = ["Backend", "Heads", "HttpBackend", "LocalBackend", "request_call", "request_json"]
 
@@ -203,6 +204,11 @@ class HttpBackend:
 
         return model_window(self.settings.provider, model)
 
+    def embedding_route(self) -> EmbeddingRoute:
+        """The wire's embedding route (``providers/<wire>/embeddings.py``); a
+        ``ConfigurationError`` where the server has none."""
+        return self.adapter().embedding_route()
+
     async def request_json(self, wire: HttpRequest) -> Any:
         """Send one small request outside a turn (the client's extra headers on it) and
         return the 2xx answer's JSON."""
@@ -238,6 +244,10 @@ class LocalBackend:
     def local(self) -> LocalModel:
         """The model (a ``ConfigurationError`` when the client was given none)."""
         return self._model()
+
+    def embedding_route(self) -> EmbeddingRoute:
+        """The model's embedding mode (:mod:`cuca.engine.embedding`)."""
+        return self._model().embedding_route()
 
     def _model(self) -> LocalModel:
         if self.model is None:

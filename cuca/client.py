@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from cuca.batches import BatchJob, BatchPolling
     from cuca.batches.job import BatchBackend
+    from cuca.embeddings import Embeddings
     from cuca.engine.model import LocalModel
     from cuca.providers.base import ProviderAdapter
     from cuca.routing.pool import Pool, PoolPolicy
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from .backends import HttpBackend, LocalBackend
     from .retry import RetryPolicy
     from .seams import BackendTurns
+    from .vectors import Pooling
 
 __all__ = ["CucaClient", "PendingResponse", "Timeouts"]
 
@@ -500,6 +502,53 @@ class CucaClient:
         http, error = backend.http(), adapter.status_error
         send = partial(request_call, http, status_error=error, headers=self.headers)
         return WireBatches(self.provider, adapter.batch_wire(), send, self.plugins)
+
+    async def embed(
+        self,
+        inputs: str | Sequence[str],
+        *,
+        model: str = "",
+        dimensions: int | None = None,
+        pooling: Pooling | None = None,
+        batch_size: int | None = None,
+        concurrency: int = 4,
+    ) -> Embeddings:
+        """The embedding of each of ``inputs`` (one text or many), in input order, with
+        exact usage and cost where the vendor reports them (see docs/embeddings.md and
+        :func:`cuca.embeddings.embed`). ``dimensions`` shortens the vectors where the
+        model can; ``pooling`` is for the local engine's models that declare none;
+        ``batch_size`` caps the texts per request (the backend's limit is the most);
+        ``concurrency`` the requests in flight. Anthropic and DeepSeek have no
+        embedding route: a ``ConfigurationError`` before any request."""
+        from cuca.cache import ResponseCache
+        from cuca.embeddings import EmbeddingTarget, embed
+
+        from .backends import HttpBackend
+
+        _require_trio()
+        if self._pool is not None:
+            raise ConfigurationError("embed runs on one server: give the client one base_url")
+        backend = self._backend
+        route = backend.embedding_route()
+        send = backend.request_json if isinstance(backend, HttpBackend) else _local_send
+        cache = self._replay if isinstance(self._replay, ResponseCache) else None
+        target = EmbeddingTarget(
+            self.provider, route, send, self._gates, cache, backend.endpoint, self.retry
+        )
+        return await embed(
+            target,
+            inputs,
+            model=model,
+            dimensions=dimensions,
+            pooling=pooling,
+            batch_size=batch_size,
+            concurrency=concurrency,
+        )
+
+
+async def _local_send(wire: object) -> object:
+    """The local engine's embedding route sends nothing."""
+    raise ConfigurationError("the local engine sends no HTTP request")
 
 
 def _admitters(

@@ -28,7 +28,15 @@ from cuca.errors import ConfigurationError
 from .grammar import GrammarSampler
 from .sampling import SamplerStep
 
-__all__ = ["DECODE_ABORTED", "Batch", "LlamaBackend", "Row", "Sampler", "llama_cpp_module"]
+__all__ = [
+    "DECODE_ABORTED",
+    "Batch",
+    "EmbeddingContext",
+    "LlamaBackend",
+    "Row",
+    "Sampler",
+    "llama_cpp_module",
+]
 
 DECODE_ABORTED = 2
 """``llama_decode``'s return code when the abort callback stopped it."""
@@ -127,6 +135,8 @@ class LlamaBackend:
         self.n_swa = int(ll.llama_model_n_swa(model))  # the attention window; 0: none
         self.n_seq = n_seq
         self.n_batch = n_batch
+        self.n_threads, self.n_threads_batch = n_threads, n_threads_batch
+        self._embedding: list[EmbeddingContext] = []  # freed before the model
         self._pieces: dict[int, bytes] = {}
         self._abort: Any = None  # keeps the ctypes callback alive while installed
         n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
@@ -136,7 +146,10 @@ class LlamaBackend:
         )
 
     def close(self) -> None:
-        """Free the context and the model (idempotent)."""
+        """Free the context and the model (idempotent), and the embedding contexts
+        on its weights first."""
+        for context in self._embedding:
+            context.close()
         self._free()
 
     @property
@@ -177,15 +190,18 @@ class LlamaBackend:
         """Whether ``token`` ends generation (EOS, EOT and their family)."""
         return bool(self._ll.llama_vocab_is_eog(self._vocab, token))
 
-    def tokenize(self, text: str, *, special: bool) -> list[int]:
-        """``text`` as token ids, nothing added; control-token text is parsed as control
-        tokens only when ``special``."""
+    def tokenize(self, text: str, *, special: bool, add_special: bool = False) -> list[int]:
+        """``text`` as token ids, nothing added unless ``add_special`` (the BOS, and the
+        EOS or SEP of a vocabulary that wants them); control-token text is parsed as
+        control tokens only when ``special``."""
         data = text.encode("utf-8")
         capacity = len(data) + 8
         for _ in range(2):
             buf = (self._ll.llama_token * capacity)()
             n = int(
-                self._ll.llama_tokenize(self._vocab, data, len(data), buf, capacity, False, special)
+                self._ll.llama_tokenize(
+                    self._vocab, data, len(data), buf, capacity, add_special, special
+                )
             )
             if n >= 0:
                 return list(buf[:n])
@@ -281,6 +297,18 @@ class LlamaBackend:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         return int(self._ll.llama_state_seq_set_data(self._ctx, buf, len(data), seq)) > 0
 
+    def embedding_context(self, pooling: int, n_batch: int) -> EmbeddingContext:
+        """A context on these weights in embedding mode, pooling as ``pooling`` says
+        (a ``LLAMA_POOLING_TYPE_*``; -1: as the model declares), ``n_batch`` tokens per
+        step; freed with this backend."""
+        if self.closed:
+            raise ConfigurationError("the model is closed")
+        context = EmbeddingContext(
+            self._ll, self._model, pooling, n_batch, self.n_threads, self.n_threads_batch
+        )
+        self._embedding.append(context)
+        return context
+
     def sampler(self, steps: Sequence[SamplerStep], grammar: str | None = None) -> Sampler:
         """A fresh sampler chain for one generation, constrained by ``grammar`` (GBNF)
         if set (see :class:`~cuca.engine.grammar.GrammarSampler`)."""
@@ -360,3 +388,71 @@ class Batch:
             seq_id[i][0] = seq
             logits[i] = wanted
         raw.n_tokens = len(rows)
+
+
+class EmbeddingContext:
+    """A second llama.cpp context on a loaded model's weights, in embedding mode, set up
+    as llama-cpp-python's ``Llama(embedding=True)`` sets its own (``n_ctx`` = ``n_batch``
+    = ``n_ubatch``, one unified K/V cache, as many sequences as rows or llama.cpp's
+    maximum, no flash attention), so that the same texts in the same steps give the
+    same vectors, bit for bit. Not thread-safe: one caller at a time."""
+
+    def __init__(
+        self,
+        ll: ModuleType,
+        model: Any,
+        pooling: int,
+        n_batch: int,
+        n_threads: int,
+        n_threads_batch: int,
+    ) -> None:
+        self._ll = ll
+        params = ll.llama_context_default_params()
+        params.n_ctx = params.n_batch = params.n_ubatch = n_batch
+        params.n_threads, params.n_threads_batch = n_threads, n_threads_batch
+        params.pooling_type = pooling
+        params.embeddings = True
+        params.flash_attn_type = _FLASH_ATTN_DISABLED
+        params.n_seq_max = min(n_batch, int(ll.llama_max_parallel_sequences()))
+        params.kv_unified = True
+        params.no_perf = True
+        ctx = ll.llama_init_from_model(model, params)
+        if not ctx:
+            raise ConfigurationError("llama.cpp could not create an embedding context")
+        self._ctx = ctx
+        self._free = weakref.finalize(self, ll.llama_free, ctx)
+        self._memory = ll.llama_get_memory(ctx)
+        self.pooling = int(ll.llama_pooling_type(ctx))
+        self.n_batch = int(ll.llama_n_batch(ctx))
+        self.n_seq_max = int(ll.llama_n_seq_max(ctx))
+        embd_out = getattr(ll, "llama_model_n_embd_out", ll.llama_model_n_embd)
+        self.n_embd = int(embd_out(model))
+        self._batch = Batch(ll, self.n_batch)
+
+    def close(self) -> None:
+        """Free the context (idempotent)."""
+        self._free()
+
+    def embed(self, sequences: Sequence[Sequence[int]]) -> list[bytes]:
+        """Evaluate ``sequences`` (at most ``n_batch`` tokens, ``n_seq_max`` sequences)
+        in one step from an empty cache, every row an output; the pooled vector of each
+        as float32 bytes."""
+        ll, ctx = self._ll, self._ctx
+        rows = [
+            (token, position, seq, True)
+            for seq, tokens in enumerate(sequences)
+            for position, token in enumerate(tokens)
+        ]
+        if self._memory:
+            ll.llama_memory_clear(self._memory, True)
+        self._batch.fill(rows)
+        code = int(ll.llama_decode(ctx, self._batch.raw))
+        if code != 0:
+            raise RuntimeError(f"llama_decode failed in embedding mode ({code})")
+        vectors = []
+        for seq in range(len(sequences)):
+            pointer = ll.llama_get_embeddings_seq(ctx, seq)
+            if not pointer:  # no pooled vector (pooling none): never read through NULL
+                raise RuntimeError(f"llama.cpp has no pooled embedding for sequence {seq}")
+            vectors.append(ctypes.string_at(pointer, 4 * self.n_embd))
+        return vectors

@@ -25,6 +25,7 @@ from cuca.errors import ConfigurationError, ContextOverflowError
 from cuca.types import ImageBase64, MessageRole, Text, Thinking, ToolChoiceMode, UnifiedRequest
 
 from .backend import LlamaBackend
+from .embedding import DEFAULT_EMBEDDING_BATCH, LocalEmbeddings
 from .formats import Capabilities, OutputFormat, RenderedTurn
 from .gguf import byte_order
 from .grammar import gbnf_for, tool_gbnf
@@ -135,8 +136,11 @@ class LocalModel:
         *,
         exact: bool = True,
         state_budget: int = 0,
+        embedding_batch: int = 512,
     ) -> None:
         self.path = path
+        self.embedding_batch = embedding_batch
+        self._embeddings: LocalEmbeddings | None = None
         self.sampling = sampling
         self.template = template
         self._backend = backend
@@ -163,6 +167,7 @@ class LocalModel:
         exact_reuse: bool = True,
         n_seq: int | None = None,
         state_budget: int = 0,
+        embedding_batch: int = DEFAULT_EMBEDDING_BATCH,
     ) -> LocalModel:
         """Load the GGUF model at ``path``.
 
@@ -198,11 +203,17 @@ class LocalModel:
         Raises :class:`~cuca.errors.ConfigurationError` when llama-cpp-python is missing,
         the file is missing or not GGUF, llama.cpp cannot load it, it has no template, or
         ``n_ctx`` is not a size llama.cpp keeps (a multiple of 256).
+
+        ``embedding_batch`` is the tokens of one step of the embedding mode
+        (``client.embed``; see docs/embeddings.md): the longest text it takes, and the
+        size of the context it creates on first use (llama-cpp-python's ``Llama``
+        default, 512).
         """
         file = Path(path)
         _check_file(file)
         sequences = DEFAULT_N_SEQ if n_seq is None else n_seq
-        for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq", sequences)):
+        sizes = (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq", sequences))
+        for name, value in (*sizes, ("embedding_batch", embedding_batch)):
             if value < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {value}")
         if state_budget < 0:
@@ -241,6 +252,7 @@ class LocalModel:
             file,
             exact=exact_reuse,
             state_budget=state_budget,
+            embedding_batch=embedding_batch,
         )
 
     @staticmethod
@@ -311,6 +323,15 @@ class LocalModel:
     def capabilities(self) -> Capabilities:
         """What this model supports, from its chat template and output conventions."""
         return self.template.capabilities()
+
+    def embedding_route(self) -> LocalEmbeddings:
+        """The model's embedding mode (what ``client.embed`` calls on the local engine):
+        its contexts are created on first use and freed with the model."""
+        if self._backend.closed:
+            raise ConfigurationError(f"the model {self.path.name} is closed")
+        if self._embeddings is None:
+            self._embeddings = LocalEmbeddings(self._backend, self.path, self.embedding_batch)
+        return self._embeddings
 
     def output_format(self, request: UnifiedRequest) -> OutputFormat:
         """How this model writes reasoning and tool calls for ``request``."""
@@ -498,6 +519,8 @@ class LocalModel:
         waits on a consumer that is not reading) and, like waiting ones, end with
         :class:`~cuca.errors.StreamIncomplete`; then the memory is freed."""
         self._scheduler.close()
+        if self._embeddings is not None:
+            self._embeddings.close()  # waits for a running embedding step
         self._backend.close()
 
     def __enter__(self) -> LocalModel:

@@ -118,6 +118,32 @@ class ResponseCache(CucaPlugin):
             if not self.fail_open:
                 raise
 
+    async def get_entry(self, key: str) -> Any:
+        """The entry kept under ``key`` (a full store key), or ``None``; counted as a
+        hit or a miss. For what the cache keeps besides turns (embedding vectors)."""
+        try:
+            entry = await self.store.get(key)
+        except StoreError:
+            if not self.fail_open:
+                raise
+            entry = None
+        if entry is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return entry
+
+    async def set_entry(self, key: str, entry: Any) -> None:
+        """Keep ``entry`` (JSON data) under ``key``, with the cache's ``ttl`` and
+        ``max_entries``."""
+        try:
+            await self.store.set(key, entry, self.ttl)
+            if self.max_entries is not None:
+                await self._evict(key)
+        except StoreError:
+            if not self.fail_open:
+                raise
+
     async def _evict(self, key: str) -> None:
         """Record ``key`` in the index (oldest first) and drop what passes
         ``max_entries``."""
