@@ -16,8 +16,6 @@ from cuca.vectors import Vector, vector_from_base64
 if TYPE_CHECKING:
     from cuca.cache import ResponseCache
 
-    from .run import EmbeddingTarget
-
 __all__ = ["EmbeddingCache"]
 
 
@@ -27,9 +25,11 @@ class EmbeddingCache:
     pooling and text. Embeddings do not sample: every call is kept (``cache_sampled``
     does not apply); ``ttl``, ``max_entries`` and ``fail_open`` do."""
 
-    def __init__(self, cache: ResponseCache, target: EmbeddingTarget, model: str) -> None:
+    def __init__(
+        self, cache: ResponseCache, provider: str, endpoint: str | None, model: str
+    ) -> None:
         self.cache = cache
-        self.scope = {"provider": target.provider.kind, "endpoint": target.endpoint, "model": model}
+        self.scope = {"provider": provider, "endpoint": endpoint, "model": model}
 
     def key(self, text: str, dimensions: int | None, pooling: str | None) -> str:
         canonical = json.dumps(

@@ -76,7 +76,9 @@ async def embed(
     _check_options(target, dimensions, pooling, batch_size, concurrency)
     size = min(batch_size or route.max_inputs, route.max_inputs)
     vectors: list[Vector | None] = [None] * len(texts)
-    cache = None if target.cache is None else EmbeddingCache(target.cache, target, model)
+    cache = None
+    if target.cache is not None:
+        cache = EmbeddingCache(target.cache, target.provider.kind, target.endpoint, model)
     if cache is not None:
         for index, found in enumerate(await cache.lookup(texts, dimensions, pooling)):
             vectors[index] = found

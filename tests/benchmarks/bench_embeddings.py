@@ -13,7 +13,7 @@ part): one command, best of ``REPEATS`` after a warm-up. Never part of pass/fail
    ``frombuffer`` and ``array("f")``), which chose cuca's vector type.
 2. ``--local``: 1,000 short texts on SmolLM2-135M (mean pooling), cuca's
    ``client.embed`` against llama-cpp-python's ``Llama.embed``, the same threads and
-   step size (wall time: the work is in llama.cpp's threads).
+   step size (wall time, best of ``LOCAL_REPEATS``: the work is in llama.cpp's threads).
 """
 
 from __future__ import annotations
@@ -33,13 +33,18 @@ from typing import Any
 import trio
 
 REPEATS = 7
+LOCAL_REPEATS = 3  # a call is a second or more of llama.cpp's work
 THREADS = max(1, len(os.sched_getaffinity(0)))
 
 
-def best(run: Callable[[], Any], clock: Callable[[], float] = time.perf_counter) -> float:
+def best(
+    run: Callable[[], Any],
+    clock: Callable[[], float] = time.perf_counter,
+    repeats: int = REPEATS,
+) -> float:
     run()
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         start = clock()
         run()
         times.append(clock() - start)
@@ -47,11 +52,13 @@ def best(run: Callable[[], Any], clock: Callable[[], float] = time.perf_counter)
 
 
 async def abest(
-    run: Callable[[], Awaitable[Any]], clock: Callable[[], float] = time.perf_counter
+    run: Callable[[], Awaitable[Any]],
+    clock: Callable[[], float] = time.perf_counter,
+    repeats: int = REPEATS,
 ) -> float:
     await run()
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         start = clock()
         await run()
         times.append(clock() - start)
@@ -187,7 +194,8 @@ def local_part() -> None:
     from cuca.engine import LocalModel, default_model_path
 
     path = default_model_path()
-    texts = [f"Short text number {i} about {['cats', 'rivers', 'code'][i % 3]}." for i in range(TEXTS)]
+    topics = ["cats", "rivers", "code"]
+    texts = [f"Short text number {i} about {topics[i % 3]}." for i in range(TEXTS)]
     threads = {"n_threads": THREADS, "n_threads_batch": THREADS}
     llama = llama_cpp.Llama(
         str(path),
@@ -198,19 +206,21 @@ def local_part() -> None:
         verbose=False,
         **threads,
     )
-    theirs = best(lambda: llama.embed(texts))
+    theirs = best(lambda: llama.embed(texts), repeats=LOCAL_REPEATS)
     reference = llama.embed(texts)
     llama.close()
 
     async def ours() -> tuple[float, Any]:
         with LocalModel.load(path, **threads) as model:
             async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
-                elapsed = await abest(lambda: client.embed(texts, pooling="mean"))
+                run = lambda: client.embed(texts, pooling="mean")  # noqa: E731
+                elapsed = await abest(run, repeats=LOCAL_REPEATS)
                 return elapsed, await client.embed(texts, pooling="mean")
 
     mine, result = trio.run(ours)
     same = [list(v) for v in result.vectors] == reference
-    print(f"{TEXTS} short texts, SmolLM2-135M, mean pooling, {THREADS} threads (best of {REPEATS}):")
+    shown = f"{TEXTS} short texts, SmolLM2-135M, mean pooling, {THREADS} threads"
+    print(f"{shown} (best of {LOCAL_REPEATS}):")
     print(f"  llama-cpp-python Llama.embed   {theirs * 1e3:8.1f} ms")
     print(f"  cuca client.embed (local)      {mine * 1e3:8.1f} ms")
     print(f"  ratio cuca / llama-cpp-python  {mine / theirs:8.3f}x")
