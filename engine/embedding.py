@@ -45,7 +45,7 @@ class LocalEmbeddings:
     name = "the local engine's embedding mode"
     provider = "local"
     max_inputs = 1024
-    refuses_empty = False
+    refuses_empty = True  # no tokens to evaluate (a model that adds no BOS)
 
     def __init__(self, backend: LlamaBackend, path: Path, n_batch: int) -> None:
         self._backend = backend

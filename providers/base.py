@@ -36,6 +36,7 @@ from cuca.types import (
     TokenCount,
     UnifiedRequest,
 )
+from cuca.vectors import EmbeddingRoute
 
 from .decoding import Overflow, loads_json, stream_error
 from .overflow import any_overflow
@@ -211,6 +212,14 @@ class ProviderAdapter(abc.ABC):
         items = decoder.feed(SseEvent(body, JSON_BODY))
         items += decoder.close()
         return Answer(tuple(items), decoder.summary())
+
+    def embedding_route(self) -> EmbeddingRoute:
+        """This wire's embedding route (``providers/<wire>/embeddings.py``) for the
+        server it speaks to; a ``ConfigurationError`` where the server has none."""
+        raise ConfigurationError(
+            f"{self.endpoint} has no embedding route: embeddings run on OpenAI, vLLM, "
+            "LM Studio, llama.cpp, Gemini and the local engine"
+        )
 
     def batch_wire(self) -> BatchWire:
         """This wire's batch format (``providers/<wire>/batch.py``), for the server it

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 from support.batch_servers import OpenAiBatchServer, Plan
+from support.embedding_servers import gemini_embeddings, llama_embedding, openai_embeddings
 from support.transcripts import TRANSCRIPTS, transcript
 
 from cuca.testing import RecordedRequest, Reply, open_replay_server
@@ -33,6 +34,12 @@ def answer(request: RecordedRequest) -> Reply:
     path = request.path
     if path.startswith(("/v1/batches", "/v1/files")):
         return BATCHES.answer(request)
+    if path.endswith("/embeddings"):
+        return openai_embeddings(request)
+    if path.endswith((":embedContent", ":batchEmbedContents")):
+        return gemini_embeddings(request)
+    if path.endswith("/embedding"):
+        return llama_embedding(request)
     if path.endswith("/chat/completions"):
         body = request.json()
         if body.get("stream") is False:

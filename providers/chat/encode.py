@@ -40,6 +40,7 @@ from cuca.types import (
     UnifiedMessage,
     UnifiedRequest,
 )
+from cuca.vectors import EmbeddingRoute
 
 from ..base import HttpRequest, ProviderAdapter, Send, StreamDecoder
 from ..controls import stop_sequences, tool_choice
@@ -363,6 +364,22 @@ class OpenAiCompatAdapter(ProviderAdapter):
         del auth["content-type"]  # each call sets its own
         base = self.url.removesuffix(f"/{self.route}")
         return ChatBatch(self, base, self.route, auth, self.dialect.name)
+
+    def embedding_route(self) -> EmbeddingRoute:
+        """``POST {base_url}/embeddings`` (:mod:`.embeddings`); DeepSeek has none (its
+        API lists chat, FIM and models only)."""
+        if self.endpoint == ProviderEndpoint.DEEPSEEK:
+            return super().embedding_route()
+        from .embeddings import ChatEmbeddings
+
+        require_key(self.dialect, self.url, self._api_key)
+        return ChatEmbeddings(
+            self.url.removesuffix(f"/{self.route}"),
+            bearer_headers(self._api_key, stream=False),
+            self.dialect.name,
+            refuses_empty=self.endpoint == ProviderEndpoint.OPENAI,
+            model=self._model,
+        )
 
     async def count_tokens(self, request: UnifiedRequest, send: Send) -> TokenCount:
         """An estimate: tiktoken over the body the turn would send (see

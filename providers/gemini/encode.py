@@ -39,6 +39,7 @@ from cuca.types import (
     UnifiedMessage,
     UnifiedRequest,
 )
+from cuca.vectors import EmbeddingRoute
 
 from ..base import ClientSettings, Framer, HttpRequest, ProviderAdapter, Send, StreamDecoder
 from ..controls import stop_sequences, tool_choice
@@ -89,16 +90,28 @@ class GeminiAdapter(ProviderAdapter):
     def __repr__(self) -> str:
         return f"GeminiAdapter({self.base_url!r})"
 
-    def encode(self, request: UnifiedRequest) -> HttpRequest:
+    def embedding_route(self) -> EmbeddingRoute:
+        """``embedContent`` and ``batchEmbedContents`` (:mod:`.embeddings`)."""
+        from .embeddings import GeminiEmbeddings
+
+        return GeminiEmbeddings(self.base_url, self._headers())
+
+    def _headers(self) -> dict[str, str]:
+        """JSON headers with the key; a ``ConfigurationError`` when it is required and
+        missing."""
         if self.key_required and not self._api_key:
             hint = missing_key_hint("google_gemini")
             raise ConfigurationError(f"gemini requires an api key: {hint}")
-        model = request.model.removeprefix("models/")
-        method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
-        url = f"{self.base_url}/v1beta/models/{model}:{method}"
         headers = {"content-type": "application/json"}
         if self._api_key:
             headers["x-goog-api-key"] = self._api_key
+        return headers
+
+    def encode(self, request: UnifiedRequest) -> HttpRequest:
+        headers = self._headers()
+        model = request.model.removeprefix("models/")
+        method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
+        url = f"{self.base_url}/v1beta/models/{model}:{method}"
         return HttpRequest(url, headers, encode_body(request))
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:

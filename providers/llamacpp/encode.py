@@ -29,6 +29,7 @@ from cuca.types import (
     TurnSummary,
     UnifiedRequest,
 )
+from cuca.vectors import EmbeddingRoute
 
 from ..base import (
     JSON_BODY,
@@ -233,6 +234,13 @@ class LlamaCompletionAdapter(ProviderAdapter):
 
     def __repr__(self) -> str:
         return f"LlamaCompletionAdapter(url={self.url!r})"
+
+    def embedding_route(self) -> EmbeddingRoute:
+        """The native ``POST /embedding`` beside ``/completion`` (:mod:`.embeddings`)."""
+        from .embeddings import LlamaEmbeddings
+
+        root = self.url.removesuffix("/completion")
+        return LlamaEmbeddings(root, bearer_headers(self._api_key, stream=False))
 
     def encode(self, request: UnifiedRequest) -> HttpRequest:
         config = self.config
