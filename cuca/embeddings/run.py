@@ -15,6 +15,7 @@ from cuca.admission import SETTLE_TIMEOUT, Ticket, TurnGate
 from cuca.errors import ConfigurationError, HttpStatusError, RateLimitError
 from cuca.plugins import TurnOutcome
 from cuca.retry import RetryPolicy
+from cuca.turn import AttemptHead
 from cuca.types import ProviderEndpoint, TokenUsage, UnifiedRequest, UnifiedResponse
 from cuca.vectors import (
     POOLINGS,
@@ -205,7 +206,7 @@ async def _sent(
             part = await target.route.embed(call, target.send)
         except HttpStatusError as exc:
             for ticket in tickets:
-                await ticket.on_head(exc.status, ())
+                await ticket.on_head(AttemptHead(exc.status, ()))
             hint = exc.retry_after if isinstance(exc, RateLimitError) else None
             delay = None
             if attempt < retry.max_retries and retry.retries_status(exc.status):
