@@ -245,6 +245,12 @@ def test_exports_testing() -> None:
         "split_points",
         "feed_chunks",
         "logged_reply",
+        "Script",
+        "ScriptedTurn",
+        "ScriptedError",
+        "ScriptedServer",
+        "ScriptExhausted",
+        "open_scripted_server",
     } <= names
 
 

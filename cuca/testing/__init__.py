@@ -1,4 +1,9 @@
-"""Tools for testing code built on cuca: a replay server and Hypothesis strategies.
+"""Tools for testing code built on cuca: scripted replies, a replay server and
+Hypothesis strategies.
+
+Scripted replies (`open_scripted_server`, `Script`) serve the turns a test writes as
+cuca blocks (`ScriptedTurn`, `ScriptedError`) in any wire's exact framing, so an
+application's tests run the whole real pipeline without a hand-written stream.
 
 The replay server (`open_replay_server`) answers real HTTP requests on loopback with
 scripted `Reply` values: chunked, paced, stalled, cut or endless; `logged_reply` replays a
@@ -20,6 +25,12 @@ from ._replay import Replies as Replies
 from ._replay import open_replay_server as open_replay_server
 from ._reply import RecordedRequest as RecordedRequest
 from ._reply import Reply as Reply
+from ._scripted import Script as Script
+from ._scripted import ScriptedError as ScriptedError
+from ._scripted import ScriptedServer as ScriptedServer
+from ._scripted import ScriptedTurn as ScriptedTurn
+from ._scripted import ScriptExhausted as ScriptExhausted
+from ._scripted import open_scripted_server as open_scripted_server
 
 if _typing.TYPE_CHECKING:
     from ._strategies import chunk_sizes as chunk_sizes
