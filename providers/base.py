@@ -190,7 +190,7 @@ class ProviderAdapter(abc.ABC):
         """What an answer's ``headers`` say about the server's rate limits (``None``:
         nothing), for the turn's gates: ``Retry-After`` here; a wire whose vendor sends
         rate-limit headers reads them too (:mod:`~cuca.providers.ratelimit`)."""
-        from .ratelimit import read_hint
+        from .headers import read_hint
 
         return read_hint(headers, ())
 

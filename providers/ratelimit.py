@@ -1,5 +1,5 @@
 """Rate-limit headers read into one :class:`~cuca.turn.RateLimitHint` for cuca's rate
-limiter (through :meth:`ProviderAdapter.rate_limits`): the machinery every wire shares.
+limiter (through :meth:`ProviderAdapter.rate_limits`): every wire's headers together.
 Which headers a vendor sends, and how it writes a reset, is its wire's: a
 :class:`HeaderFamily` in ``providers/chat/ratelimit.py`` (OpenAI's ``x-ratelimit-*``) and
 ``providers/anthropic/ratelimit.py`` (``anthropic-ratelimit-*``); ``Retry-After`` (seconds
@@ -19,72 +19,15 @@ it ends), it pauses until the reset.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import attrs
-
-from cuca.retry import parse_retry_after
 from cuca.turn import RateLimitHint
 
+from .anthropic.ratelimit import ANTHROPIC_HEADERS
+from .chat.ratelimit import OPENAI_HEADERS, parse_duration
+from .headers import HeaderFamily, read_hint
+
 __all__ = ["HeaderFamily", "RateLimitHint", "parse_duration", "rate_limit_hint", "read_hint"]
-
-_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
-# limits every turn is charged on by the limiter's pacing (cuca.limits.limiter), so one
-# used up is waited out turn by turn, by each turn's cost, instead of paused for
-_PACED_WHEN_OWED = ("tokens", "input-tokens")
-
-
-@attrs.frozen
-class HeaderFamily:
-    """One vendor's rate-limit headers: ``name`` is the header of a limit's field, with
-    ``{field}`` (``remaining``, ``reset``, ``limit``) and ``{limit}`` (``requests``,
-    ``tokens``, ``input-tokens``, ``output-tokens``) to fill in; ``reset`` reads a reset
-    value into seconds from ``now`` (``None``: not one)."""
-
-    name: str
-    reset: Callable[[str, float], float | None]
-
-
-def read_hint(
-    headers: Sequence[tuple[str, str]],
-    families: Sequence[HeaderFamily],
-    now: float | None = None,
-) -> RateLimitHint | None:
-    """The hint in ``headers`` (any case) for the given header ``families`` and
-    ``Retry-After``, or ``None`` when they carry none. ``now`` is the wall-clock time
-    (``time.time()``) for reset times."""
-    lowered = {name.lower(): value for name, value in headers}
-    current = time.time() if now is None else now
-    remaining: dict[str, int] = {}
-    resets: dict[str, float] = {}
-    totals: dict[str, int] = {}
-    pauses: list[float] = []
-    for limit in _LIMITS:
-        for family in families:
-            left = _integer(lowered.get(family.name.format(field="remaining", limit=limit)))
-            if left is None:
-                continue
-            remaining[limit] = left
-            wait = family.reset(
-                lowered.get(family.name.format(field="reset", limit=limit), ""), current
-            )
-            total = _integer(lowered.get(family.name.format(field="limit", limit=limit)))
-            if total is not None and total > 0:
-                totals[limit] = total
-            if wait is not None:
-                resets[limit] = wait
-            if left <= 0 and wait is not None:
-                if limit in totals and limit in _PACED_WHEN_OWED:
-                    continue  # the limiter's pacing: each turn waits for its own tokens
-                refilled = limit == "requests" and limit in totals
-                pauses.append(wait / totals[limit] if refilled else wait)
-    retry_after = parse_retry_after(lowered.get("retry-after"), current)
-    if retry_after is not None:
-        pauses.append(retry_after)
-    if not remaining and not pauses:
-        return None
-    return RateLimitHint(max(pauses) if pauses else None, remaining, resets, totals)
 
 
 def rate_limit_hint(
@@ -92,24 +35,4 @@ def rate_limit_hint(
 ) -> RateLimitHint | None:
     """The hint in ``headers`` read with every wire's header family (OpenAI's and
     Anthropic's) and ``Retry-After``: for headers whose wire is not known."""
-    from .anthropic.ratelimit import ANTHROPIC_HEADERS
-    from .chat.ratelimit import OPENAI_HEADERS
-
     return read_hint(headers, (OPENAI_HEADERS, ANTHROPIC_HEADERS), now)
-
-
-def parse_duration(text: str) -> float | None:
-    """OpenAI's reset durations (``"1s"``, ``"6m0s"``, ``"20ms"``) in seconds, or
-    ``None`` (:func:`cuca.providers.chat.ratelimit.parse_duration`)."""
-    from .chat.ratelimit import parse_duration as parse
-
-    return parse(text)
-
-
-def _integer(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None

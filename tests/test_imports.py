@@ -117,7 +117,7 @@ def test_imports_an_openai_turn_loads_only_its_adapter() -> None:
         "cuca.providers.gemini",
         "cuca.providers.gemini.overflow",
         # the rate-limit headers the wire's answers carry, read for the turn's gates
-        "cuca.providers.ratelimit",
+        "cuca.providers.headers",
         "cuca.providers.chat.ratelimit",
         # the chunk structs' decoder, with the submodules msgspec always loads
         *(m for m in modules if m == "msgspec" or m.startswith("msgspec.")),

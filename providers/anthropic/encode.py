@@ -45,7 +45,7 @@ from cuca.types import (
 from ..base import ClientSettings, HttpRequest, ProviderAdapter, Send, StreamDecoder, refuse
 from ..controls import forced, stop_sequences, tool_choice
 from ..decoding import Overflow
-from ..ratelimit import read_hint
+from ..headers import read_hint
 from ..table import missing_key_hint
 from ..whole_response import for_request
 from .decode import AnthropicDecoder

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..ratelimit import HeaderFamily
+from ..headers import HeaderFamily
 
 __all__ = ["ANTHROPIC_HEADERS", "seconds_until"]
 

@@ -45,7 +45,7 @@ from cuca.vectors import EmbeddingRoute
 from ..base import HttpRequest, ProviderAdapter, Send, StreamDecoder
 from ..controls import stop_sequences, tool_choice
 from ..decoding import Overflow, error_text
-from ..ratelimit import read_hint
+from ..headers import read_hint
 from ..table import endpoint_info, missing_key_hint
 from ..whole_response import for_request
 from .decode import ChatCompletionsDecoder, chat_error_message

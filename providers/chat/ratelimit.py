@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..ratelimit import HeaderFamily
+from ..headers import HeaderFamily
 
 __all__ = ["OPENAI_HEADERS", "parse_duration"]
 
