@@ -23,10 +23,10 @@ from .types import PromptCacheUsage, TokenUsage, UnifiedRequest
 
 __all__ = ["feedback", "repaired", "sum_cache_usage", "sum_usage"]
 
-Turn = Callable[[UnifiedRequest], Awaitable[Completion]]
+RunTurn = Callable[[UnifiedRequest], Awaitable[Completion]]
 
 
-async def repaired(turn: Turn, request: UnifiedRequest, repair: int) -> Completion:
+async def repaired(turn: RunTurn, request: UnifiedRequest, repair: int) -> Completion:
     """The first answer to ``request`` that fits its output schema, in at most
     ``1 + repair`` turns (see the module)."""
     if repair < 0:

@@ -19,8 +19,8 @@ from .model import default_threads as default_threads
 from .output import OutputParser as OutputParser
 from .prefix import ReusePlan as ReusePlan
 from .prefix import plan_reuse as plan_reuse
-from .records import TurnEnd as TurnEnd
-from .records import TurnStart as TurnStart
+from .records import GenerationEnd as GenerationEnd
+from .records import GenerationStart as GenerationStart
 from .sampling import SamplingConfig as SamplingConfig
 from .template import ChatTemplate as ChatTemplate
 
@@ -28,14 +28,14 @@ __all__ = [
     "DEFAULT_N_SEQ",
     "Capabilities",
     "ChatTemplate",
+    "GenerationEnd",
+    "GenerationStart",
     "LocalModel",
     "OutputFormat",
     "OutputParser",
     "ReusePlan",
     "SamplingConfig",
     "ToolSyntax",
-    "TurnEnd",
-    "TurnStart",
     "default_model_path",
     "default_threads",
     "plan_reuse",

@@ -30,9 +30,9 @@ from .sampling import SamplerStep
 
 __all__ = [
     "DECODE_ABORTED",
-    "Batch",
     "EmbeddingContext",
     "LlamaBackend",
+    "LlamaBatch",
     "Row",
     "Sampler",
     "llama_cpp_module",
@@ -229,11 +229,11 @@ class LlamaBackend:
 
     # -- context -------------------------------------------------------------------
 
-    def batch(self) -> Batch:
+    def batch(self) -> LlamaBatch:
         """A reusable batch of up to ``n_batch`` rows."""
-        return Batch(self._ll, self.n_batch)
+        return LlamaBatch(self._ll, self.n_batch)
 
-    def decode(self, batch: Batch) -> int:
+    def decode(self, batch: LlamaBatch) -> int:
         """Evaluate ``batch``; llama_decode's return code (0: done)."""
         return int(self._ll.llama_decode(self._ctx, batch.raw))
 
@@ -366,7 +366,7 @@ class Sampler:
         self.close()
 
 
-class Batch:
+class LlamaBatch:
     """A llama.cpp batch, allocated once and refilled every step."""
 
     def __init__(self, ll: ModuleType, capacity: int) -> None:
@@ -427,7 +427,7 @@ class EmbeddingContext:
         self.n_seq_max = int(ll.llama_n_seq_max(ctx))
         embd_out = getattr(ll, "llama_model_n_embd_out", ll.llama_model_n_embd)
         self.n_embd = int(embd_out(model))
-        self._batch = Batch(ll, self.n_batch)
+        self._batch = LlamaBatch(ll, self.n_batch)
 
     def close(self) -> None:
         """Free the context (idempotent)."""

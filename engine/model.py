@@ -34,7 +34,7 @@ from .prompt import PromptGuard
 from .records import TokenSink
 from .rows import TOGETHER_ROWS, canonical, kinds_from_spans, message_spans, token_of
 from .sampling import SamplingConfig
-from .scheduler import PreparedTurn, Scheduler, Turn
+from .scheduler import PreparedTurn, ScheduledTurn, Scheduler
 
 __all__ = [
     "DEFAULT_N_SEQ",
@@ -445,16 +445,16 @@ class LocalModel:
                     "is false): leave thinking unset or off for it"
                 )
 
-    def submit(self, prepared: PreparedTurn, sink: TokenSink) -> Turn:
+    def submit(self, prepared: PreparedTurn, sink: TokenSink) -> ScheduledTurn:
         """Queue a prepared turn; its output goes to ``sink``, which is finished exactly
         once unless :meth:`withdraw` takes the turn back first."""
         if self._backend.closed:
             raise ConfigurationError(f"the model {self.path.name} is closed")
-        turn = Turn(prepared, sink)
+        turn = ScheduledTurn(prepared, sink)
         self._scheduler.submit(turn)
         return turn
 
-    def withdraw(self, turn: Turn) -> bool:
+    def withdraw(self, turn: ScheduledTurn) -> bool:
         """Take back a turn that still waits for a sequence (true: it never ran)."""
         return self._scheduler.withdraw(turn)
 

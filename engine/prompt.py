@@ -33,7 +33,7 @@ from cuca.types import (
     UnifiedRequest,
 )
 
-__all__ = ["PromptGuard", "Segment"]
+__all__ = ["PromptGuard", "PromptPart"]
 
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _PLACEHOLDER = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
@@ -41,7 +41,7 @@ _T = TypeVar("_T")
 
 
 @attrs.frozen
-class Segment:
+class PromptPart:
     """A piece of the prompt and whether its control-token text is parsed as such."""
 
     text: str
@@ -75,20 +75,20 @@ class PromptGuard:
             return request
         return attrs.evolve(request, messages=messages, tools=tools)
 
-    def segments(self, rendered: str) -> list[Segment]:
+    def segments(self, rendered: str) -> list[PromptPart]:
         """``rendered`` (made from a protected request) cut into tokenizer segments."""
-        segments: list[Segment] = []
+        segments: list[PromptPart] = []
         last = 0
         for match in _PLACEHOLDER.finditer(rendered):
             index = int(match.group(1))
             if index >= len(self._literals):
                 continue  # not one of ours: the template wrote it, leave it as is
             if match.start() > last:
-                segments.append(Segment(rendered[last : match.start()], special=True))
-            segments.append(Segment(self._literals[index], special=False))
+                segments.append(PromptPart(rendered[last : match.start()], special=True))
+            segments.append(PromptPart(self._literals[index], special=False))
             last = match.end()
         if last < len(rendered) or not segments:
-            segments.append(Segment(rendered[last:], special=True))
+            segments.append(PromptPart(rendered[last:], special=True))
         return _merge_plain(segments)
 
     def restore(self, rendered: str) -> str:
@@ -147,12 +147,12 @@ class PromptGuard:
         )
 
 
-def _merge_plain(segments: list[Segment]) -> list[Segment]:
+def _merge_plain(segments: list[PromptPart]) -> list[PromptPart]:
     """Adjacent plain segments joined (``a<|im_end|>`` typed twice is one text)."""
-    merged: list[Segment] = []
+    merged: list[PromptPart] = []
     for segment in segments:
         if merged and not segment.special and not merged[-1].special:
-            merged[-1] = Segment(merged[-1].text + segment.text, special=False)
+            merged[-1] = PromptPart(merged[-1].text + segment.text, special=False)
         else:
             merged.append(segment)
     return merged

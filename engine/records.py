@@ -3,10 +3,10 @@
 The model's generation runs in a thread; the ``engine`` stage relays what it produces
 to the ``output_parse`` stage. Between them travel plain records, defined here so that
 neither the model (which produces them) nor the worker stages (which consume them)
-import each other: a :class:`TurnStart` first (made by the worker from the prepared
+import each other: a :class:`GenerationStart` first (made by the worker from the prepared
 turn, on the trio side), then one ``str`` per generated token (possibly empty: half of a
 UTF-8 character, a control token that is not part of the output format, or text held
-back by a stop-sequence check), at most one :class:`Held`, then a :class:`TurnEnd`.
+back by a stop-sequence check), at most one :class:`Held`, then a :class:`GenerationEnd`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from cuca.types import PromptCacheUsage, UnifiedRequest
 
 from .formats import OutputFormat
 
-__all__ = ["Held", "TokenSink", "TurnEnd", "TurnStart"]
+__all__ = ["GenerationEnd", "GenerationStart", "Held", "TokenSink"]
 
 
 @attrs.frozen
-class TurnStart:
+class GenerationStart:
     """Sent before the first token: how to parse the output of this turn, and the
     request as sent (``None`` only in the record a sink's ``start`` receives, which the
     worker does not need: it knows the format from the prepared turn)."""
@@ -43,7 +43,7 @@ class Held(str):
 
 
 @attrs.frozen
-class TurnEnd:
+class GenerationEnd:
     """Sent after the last token.
 
     ``finish_reason``: ``"stop"`` (an end-of-generation token), ``"stop_sequence"``
@@ -74,5 +74,5 @@ class TokenSink(Protocol):
     def stopped(self) -> bool:
         """Whether to stop before the next token."""
 
-    def finish(self, result: TurnEnd | BaseException) -> None:
+    def finish(self, result: GenerationEnd | BaseException) -> None:
         """The turn is over, with this end or this error (called exactly once)."""

@@ -37,7 +37,7 @@ from cuca.types import PromptCacheUsage
 
 from .backend import DECODE_ABORTED, LlamaBackend, Row, Sampler
 from .formats import OutputFormat
-from .records import Held, TokenSink, TurnEnd
+from .records import GenerationEnd, Held, TokenSink
 from .rows import TOGETHER_ROWS, alone, key, token_of
 from .sampling import SamplerStep
 from .sequences import Placement, SavedStates, SequenceTable
@@ -53,7 +53,7 @@ SHARED_CHUNK = 128
 next token (a step of 128 rows of SmolLM2-135M takes about a second on one core)."""
 
 
-def _run(turn: Turn) -> int:
+def _run(turn: ScheduledTurn) -> int:
     """How many of ``turn``'s next prompt tokens go together (its run, from ``fed``)."""
     run = 1
     while turn.fed + run < len(turn.keys) and not alone(turn.keys[turn.fed + run]):
@@ -93,7 +93,7 @@ class PreparedTurn:
         return tuple(key(token, flag) for token, flag in zip(self.prompt, flags, strict=True))
 
 
-class Turn:
+class ScheduledTurn:
     """One submitted turn, from the engine thread's side (also its ticket)."""
 
     def __init__(self, prepared: PreparedTurn, sink: TokenSink) -> None:
@@ -145,8 +145,8 @@ class Scheduler:
         self._exact = exact
         self._chunk_next = False  # in the exact mode, chunk steps alternate with row steps
         self._cond = threading.Condition()
-        self._waiting: deque[Turn] = deque()
-        self._active: list[Turn] = []
+        self._waiting: deque[ScheduledTurn] = deque()
+        self._active: list[ScheduledTurn] = []
         self._thread: threading.Thread | None = None
         self._closing = False
         self._batch = backend.batch()
@@ -155,21 +155,19 @@ class Scheduler:
 
     # -- any thread ------------------------------------------------------------------
 
-    def submit(self, turn: Turn) -> None:
+    def submit(self, turn: ScheduledTurn) -> None:
         """Queue ``turn``; it is admitted when a sequence is free, in FIFO order."""
         with self._cond:
             if self._closing:
                 raise ConfigurationError("the model is closed")
             self._waiting.append(turn)
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="cuca-engine", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, name="cuca-engine", daemon=True)
                 self._thread.start()
             else:
                 self._cond.notify()
 
-    def withdraw(self, turn: Turn) -> bool:
+    def withdraw(self, turn: ScheduledTurn) -> bool:
         """Take ``turn`` back if it still waits (true: it never ran and never will).
         Otherwise it runs: its sink's stop flag retires it at the next step."""
         with self._cond:
@@ -243,9 +241,9 @@ class Scheduler:
             turn = self._waiting.popleft()
             turn.sink.finish(error if error is not None else _closed())
 
-    def _admit(self) -> list[Turn]:
+    def _admit(self) -> list[ScheduledTurn]:
         """Waiting turns given a sequence, in FIFO order (called holding the lock)."""
-        admitted: list[Turn] = []
+        admitted: list[ScheduledTurn] = []
         while self._waiting and self.table.free():
             turn = self._waiting.popleft()
             placement = self.table.place(turn.keys, self.saved.tokens())
@@ -255,7 +253,7 @@ class Scheduler:
             admitted.append(turn)
         return admitted
 
-    def _start(self, admitted: Sequence[Turn]) -> None:
+    def _start(self, admitted: Sequence[ScheduledTurn]) -> None:
         """Make each admitted turn's sequence hold its reused prefix; start its sampler."""
         for turn in admitted:
             assert turn.placement is not None
@@ -267,7 +265,7 @@ class Scheduler:
                 continue
             turn.fed = turn.keep
 
-    def _place(self, turn: Turn, placement: Placement) -> None:
+    def _place(self, turn: ScheduledTurn, placement: Placement) -> None:
         backend, seq = self._backend, placement.seq_id
         slot = self.table.slots[seq]
         if placement.evicted and self.saved.budget > 0:
@@ -292,12 +290,12 @@ class Scheduler:
             slot.tokens.clear()
             turn.keep = 0
 
-    def _ready(self, turn: Turn) -> bool:
+    def _ready(self, turn: ScheduledTurn) -> bool:
         """Whether ``turn`` takes part in the next step: it prefills, or its consumer has
         room for another token."""
         return turn.prefilling or turn.trailing or not turn.sink.full()
 
-    def _step(self, ready: list[Turn]) -> None:
+    def _step(self, ready: list[ScheduledTurn]) -> None:
         backend = self._backend
         rows, stepping = self._exact_rows(ready) if self._exact else self._mixed_rows(ready)
         if not rows:
@@ -331,7 +329,7 @@ class Scheduler:
             elif turn.row >= 0 and turn in self._active:
                 self._advance(turn)
 
-    def _drop_placeholders(self, turn: Turn) -> None:
+    def _drop_placeholders(self, turn: ScheduledTurn) -> None:
         """Take the placeholder rows of ``turn``'s last chunk out of its sequence."""
         turn.pad = 0
         if not self._backend.truncate(turn.seq, len(self.table.slots[turn.seq].tokens)):
@@ -341,11 +339,11 @@ class Scheduler:
                 "step: load it with exact_reuse=False",
             )
 
-    def _mixed_rows(self, ready: list[Turn]) -> tuple[list[Row], list[Turn]]:
+    def _mixed_rows(self, ready: list[ScheduledTurn]) -> tuple[list[Row], list[ScheduledTurn]]:
         """One row per generating turn, then prefill chunks in the room left."""
         n_batch = self._backend.n_batch
         rows: list[Row] = []
-        stepping: list[Turn] = []
+        stepping: list[ScheduledTurn] = []
         for turn in ready:
             if turn.next_token is not None:
                 self._add_token(turn, rows, stepping)
@@ -355,7 +353,7 @@ class Scheduler:
                 self._add_prompt(turn, min(room, len(turn.keys) - turn.fed), rows, stepping)
         return rows, stepping
 
-    def _exact_rows(self, ready: list[Turn]) -> tuple[list[Row], list[Turn]]:
+    def _exact_rows(self, ready: list[ScheduledTurn]) -> tuple[list[Row], list[ScheduledTurn]]:
         """Either one row per turn (its generated token, or its next prompt token that is
         evaluated alone), or chunks of prompt tokens evaluated together, in a step of
         their own, each sequence with the same number of rows, at least
@@ -364,7 +362,7 @@ class Scheduler:
         single = [t for t in ready if t.next_token is not None or alone(t.keys[t.fed])]
         chunked = [t for t in ready if t.next_token is None and not alone(t.keys[t.fed])]
         rows: list[Row] = []
-        stepping: list[Turn] = []
+        stepping: list[ScheduledTurn] = []
         if chunked and (self._chunk_next or not single):
             self._chunk_next = False
             first = chunked[0]
@@ -385,7 +383,9 @@ class Scheduler:
                 self._add_prompt(turn, 1, rows, stepping)
         return rows, stepping
 
-    def _add_token(self, turn: Turn, rows: list[Row], stepping: list[Turn]) -> None:
+    def _add_token(
+        self, turn: ScheduledTurn, rows: list[Row], stepping: list[ScheduledTurn]
+    ) -> None:
         """The row of ``turn``'s last sampled token."""
         assert turn.next_token is not None
         rows.append((turn.next_token, len(self.table.slots[turn.seq].tokens), turn.seq, True))
@@ -393,7 +393,13 @@ class Scheduler:
         stepping.append(turn)
 
     def _add_prompt(
-        self, turn: Turn, size: int, rows: list[Row], stepping: list[Turn], *, pad: bool = False
+        self,
+        turn: ScheduledTurn,
+        size: int,
+        rows: list[Row],
+        stepping: list[ScheduledTurn],
+        *,
+        pad: bool = False,
     ) -> None:
         """Rows for the next ``size`` prompt tokens of ``turn``; logits for the last one
         of the prompt. ``pad``: a chunk shorter than :data:`TOGETHER_ROWS` gets
@@ -411,13 +417,13 @@ class Scheduler:
         turn.pad = max(turn.pad, 0)
         stepping.append(turn)
 
-    def _abandoned(self, stepping: list[Turn]) -> Callable[[], bool]:
+    def _abandoned(self, stepping: list[ScheduledTurn]) -> Callable[[], bool]:
         def abandoned() -> bool:
             return self._closing or all(t.sink.stop_flag.is_set() for t in stepping)
 
         return abandoned
 
-    def _failed_step(self, stepping: list[Turn], code: int) -> None:
+    def _failed_step(self, stepping: list[ScheduledTurn], code: int) -> None:
         """After a step llama.cpp did not finish: record what each sequence really
         holds, then retire the turns (cancelled if they were stopped, else failed)."""
         backend = self._backend
@@ -440,7 +446,7 @@ class Scheduler:
             else:
                 self._fail(turn, ProviderError("local", f"llama_decode failed with code {code}"))
 
-    def _advance(self, turn: Turn) -> None:
+    def _advance(self, turn: ScheduledTurn) -> None:
         """Sample ``turn``'s next token from its row, hand its text over, or end it."""
         prepared, backend = turn.prepared, self._backend
         limit = prepared.max_tokens
@@ -476,19 +482,19 @@ class Scheduler:
         else:
             turn.next_token = token
 
-    def _end_then_evaluate(self, turn: Turn, token: int) -> None:
+    def _end_then_evaluate(self, turn: ScheduledTurn, token: int) -> None:
         """End a turn cut by ``max_tokens`` now, and evaluate its last token (alone, as
         generation evaluates every token) at the next step before freeing its sequence:
         the conversation's next turn, whose prompt carries the whole answer, then finds
         it all warm instead of spending a step of one row on that token."""
         turn.end_text()
-        turn.sink.finish(TurnEnd(turn.usage(), turn.count, "length"))
+        turn.sink.finish(GenerationEnd(turn.usage(), turn.count, "length"))
         if turn.sampler is not None:
             turn.sampler.close()
             turn.sampler = None
         turn.next_token, turn.trailing = token, True
 
-    def _finish(self, turn: Turn, reason: str) -> None:
+    def _finish(self, turn: ScheduledTurn, reason: str) -> None:
         # what the decoder still holds is a character cut in half by the last token (the
         # cap, or the end of generation): dropped, never shown as U+FFFD; its tokens
         # still count in completion_tokens
@@ -500,14 +506,14 @@ class Scheduler:
             return
         self._release(turn)
         turn.end_text()
-        turn.sink.finish(TurnEnd(turn.usage(), turn.count, reason))
+        turn.sink.finish(GenerationEnd(turn.usage(), turn.count, reason))
 
-    def _fail(self, turn: Turn, error: BaseException) -> None:
+    def _fail(self, turn: ScheduledTurn, error: BaseException) -> None:
         self._release(turn)
         if not turn.trailing:
             turn.sink.finish(error)
 
-    def _release(self, turn: Turn) -> None:
+    def _release(self, turn: ScheduledTurn) -> None:
         if turn.sampler is not None:
             turn.sampler.close()
             turn.sampler = None

@@ -1,7 +1,7 @@
 """The engine's two stages: the turn on the engine thread, then output parsing.
 
 ``engine`` takes the request, renders and tokenizes it in a worker thread
-(``model.prepare``), emits the turn's :class:`TurnStart` (the request as sent and its
+(``model.prepare``), emits the turn's :class:`GenerationStart` (the request as sent and its
 output format, known from the prepared turn: no round trip to the engine thread), and
 submits it to the model's engine thread, which runs it beside the model's other turns
 (:mod:`~cuca.engine.scheduler`).
@@ -54,7 +54,7 @@ from cuca.types import (
 from .formats import OutputFormat
 from .harmony import HarmonyParser
 from .output import OutputParser, new_call_id, new_output_parser
-from .records import Held, TokenSink, TurnEnd, TurnStart
+from .records import GenerationEnd, GenerationStart, Held, TokenSink
 
 __all__ = [
     "Engine",
@@ -109,7 +109,7 @@ class _Relay:
         self._lock = threading.Lock()
         self._items: list[Any] = []
         self._wake_scheduled = False
-        self._result: TurnEnd | BaseException | None = None
+        self._result: GenerationEnd | BaseException | None = None
         self._ready = trio.Event()
         self.finished = False  # the engine finished the turn and every piece was taken
 
@@ -124,7 +124,7 @@ class _Relay:
     def stopped(self) -> bool:
         return self.stop_flag.is_set()
 
-    def finish(self, result: TurnEnd | BaseException) -> None:
+    def finish(self, result: GenerationEnd | BaseException) -> None:
         with self._lock:
             self._result = result
             self._schedule_wake()
@@ -150,7 +150,7 @@ class _Relay:
             self._ready = trio.Event()
             self._wake_scheduled = False
 
-    def result(self) -> TurnEnd:
+    def result(self) -> GenerationEnd:
         """How the turn ended; raises the engine's error if it failed."""
         result = self._result
         if isinstance(result, BaseException):
@@ -177,11 +177,11 @@ class _Relay:
 
 
 async def _run_turn(engine: Engine, request: UnifiedRequest) -> AsyncGenerator[list[Any], None]:
-    """Run ``request`` on ``engine``: its :class:`TurnStart`, its token pieces as the
-    engine produces them, then its :class:`TurnEnd`. Closed early (the consumer left, a
+    """Run ``request`` on ``engine``: its :class:`GenerationStart`, its token pieces as the
+    engine produces them, then its :class:`GenerationEnd`. Closed early (the consumer left, a
     later stage failed), the turn is withdrawn or stopped before this returns."""
     prepared = await trio.to_thread.run_sync(engine.prepare, request)
-    yield [TurnStart(prepared.output_format, prepared.thinking_enabled, request)]
+    yield [GenerationStart(prepared.output_format, prepared.thinking_enabled, request)]
     relay = _Relay(engine.wake)
     ticket = engine.submit(prepared, relay)
     try:
@@ -194,7 +194,7 @@ async def _run_turn(engine: Engine, request: UnifiedRequest) -> AsyncGenerator[l
         if not relay.finished:
             relay.stop_flag.set()
             if engine.withdraw(ticket):
-                relay.finish(TurnEnd(_NOTHING, 0, "cancelled"))
+                relay.finish(GenerationEnd(_NOTHING, 0, "cancelled"))
             else:
                 with trio.CancelScope(shield=True):
                     await relay.wait_result()
@@ -217,7 +217,7 @@ def engine_stage(engine: Engine) -> Source[UnifiedRequest, Any]:
 
 def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Transform[Any, Any]:
     """The ``output_parse`` stage: token pieces in, blocks and errors out, then the
-    :class:`~cuca.turn.EndOfTurn` built from the :class:`TurnEnd`."""
+    :class:`~cuca.turn.EndOfTurn` built from the :class:`GenerationEnd`."""
 
     class OutputParse(Transformer[Any, Any]):
         def __init__(self) -> None:
@@ -240,7 +240,7 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Transform
                         self.token_ends[-1] = self.offset  # the earlier tokens' text
                     else:
                         self.token_ends.append(self.offset)
-                elif isinstance(item, TurnStart):
+                elif isinstance(item, GenerationStart):
                     self.request = item.request
                     parser = self.parser = new_output_parser(
                         item.output_format,
@@ -248,12 +248,12 @@ def output_parse_stage(id_factory: Callable[[], str] = new_call_id) -> Transform
                         id_factory=id_factory,
                     )
                     self.token_ends, self.offset, self.called = [], 0, False
-                elif isinstance(item, TurnEnd) and parser is not None:
+                elif isinstance(item, GenerationEnd) and parser is not None:
                     out += self._end(parser, item)
                     parser = self.parser = None
             return out
 
-        def _end(self, parser: OutputParser | HarmonyParser, end: TurnEnd) -> list[Any]:
+        def _end(self, parser: OutputParser | HarmonyParser, end: GenerationEnd) -> list[Any]:
             out: list[Any] = parser.close()
             called = self.called or any(isinstance(item, ToolCall) for item in out)
             summary = _summary(end, parser.reasoning_token_count(self.token_ends), called)
@@ -275,11 +275,11 @@ FINISH_REASONS: dict[str, FinishReason] = {
     "length": FinishReason.LENGTH,
     "context_length": FinishReason.LENGTH,
 }
-"""The engine's own reasons (:class:`~cuca.engine.records.TurnEnd`) as finish reasons;
+"""The engine's own reasons (:class:`~cuca.engine.records.GenerationEnd`) as finish reasons;
 an answer that called a tool and ended by itself is ``TOOL_CALLS``."""
 
 
-def _summary(end: TurnEnd, reasoning_tokens: int | None, called: bool) -> TurnSummary:
+def _summary(end: GenerationEnd, reasoning_tokens: int | None, called: bool) -> TurnSummary:
     cache = end.prompt_cache_usage
     usage = TokenUsage(
         prompt_tokens=cache.read_tokens + cache.write_tokens,

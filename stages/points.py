@@ -26,10 +26,10 @@ from .items import EncodedRequest, ResponseHead
 from .sse import SseEvent
 
 if TYPE_CHECKING:
-    from cuca.engine import TurnEnd, TurnStart
+    from cuca.engine import GenerationEnd, GenerationStart
     from cuca.turn import Item
 
-    EngineRecord = TurnStart | str | TurnEnd
+    EngineRecord = GenerationStart | str | GenerationEnd
 
 __all__ = [
     "CHUNK_HOOKS",
@@ -84,9 +84,9 @@ def _resolve(spec: TypeSpec) -> type:
 
 _ITEMS: tuple[TypeSpec, ...] = (*get_args(Block), CucaError, EndOfTurn)
 _RECORDS: tuple[TypeSpec, ...] = (
-    "cuca.engine:TurnStart",
+    "cuca.engine:GenerationStart",
     str,
-    "cuca.engine:TurnEnd",
+    "cuca.engine:GenerationEnd",
 )
 _BLOCKS = "blocks, non-fatal `CucaError`s, then an `EndOfTurn`"
 
@@ -136,14 +136,15 @@ CHUNK_HOOKS: Point[Item | EndOfTurn, Item | EndOfTurn] = Point(
 ENGINE: Point[UnifiedRequest, EngineRecord] = Point(
     "engine",
     "`UnifiedRequest`",
-    "a `TurnStart` (the request as sent, the output format), one `str` per token, a `TurnEnd`",
+    "a `GenerationStart` (the request as sent, the output format), one `str` per token, "
+    "a `GenerationEnd`",
     "the turn runs on the model's engine thread, in one batch with its other turns; "
     "each wake-up carries every token since the last",
     (UnifiedRequest,),
 )
 OUTPUT_PARSE: Point[EngineRecord, Item | EndOfTurn] = Point(
     "output_parse",
-    "`TurnStart`, `str`, `TurnEnd`",
+    "`GenerationStart`, `str`, `GenerationEnd`",
     _BLOCKS,
     "the streaming output parser of the model's format (text, reasoning, tool calls)",
     _RECORDS,

@@ -36,13 +36,13 @@ from cuca import (
     UnifiedRequest,
 )
 from cuca.context import (
-    Budget,
     ClampMessages,
     ClearToolResults,
     DropOldestTurns,
     SlidingWindow,
     Strategy,
     SummariseOldestTurns,
+    TokenTarget,
     layout,
 )
 from cuca.testing import Reply, open_replay_server
@@ -246,7 +246,7 @@ def tool_conversation(results: int, output: str = "x" * 400) -> UnifiedRequest:
     return request.add_user_message("last question")
 
 
-BIG = Budget(10**9, CharCounter().tokens)
+BIG = TokenTarget(10**9, CharCounter().tokens)
 
 
 async def test_clear_tool_results_keeps_the_last_pairs_whole() -> None:
@@ -276,7 +276,7 @@ async def test_drop_oldest_turns_drops_as_few_as_fit() -> None:
     request = tool_conversation(10)
     counter = CharCounter()
     total = (await counter.count_tokens(request)).tokens
-    budget = Budget(total - 150, counter.tokens)
+    budget = TokenTarget(total - 150, counter.tokens)
     change = await DropOldestTurns().apply(request, budget)
     assert change is not None
     assert change.removed == "2 oldest turns (8 messages)"  # one turn is ~105 tokens
@@ -289,7 +289,7 @@ async def test_drop_oldest_turns_keeps_its_cut_while_the_conversation_fits() -> 
     strategy = DropOldestTurns()
     request = tool_conversation(10)
     total = (await counter.count_tokens(request)).tokens
-    budget = Budget(total - 100, counter.tokens, goal=total - 400)
+    budget = TokenTarget(total - 100, counter.tokens, goal=total - 400)
     first = await strategy.apply(request, budget)
     assert first is not None and first.removed == "4 oldest turns (16 messages)"  # to the goal
     grown = request.add_assistant_message("fine").add_user_message("one more")

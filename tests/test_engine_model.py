@@ -26,7 +26,7 @@ from cuca.engine import model as model_module
 from cuca.engine.backend import LlamaBackend
 from cuca.engine.formats import OutputFormat
 from cuca.engine.prefix import common_prefix_length
-from cuca.engine.records import TokenSink, TurnEnd, TurnStart
+from cuca.engine.records import GenerationEnd, GenerationStart, TokenSink
 from cuca.engine.sandbox import ChatSandbox
 from cuca.engine.worker import turn_stages
 from cuca.errors import ConfigurationError, ContextOverflowError
@@ -739,7 +739,7 @@ class FakeGenerator:
         self._room = threading.Event()
 
     def prepare(self, request: UnifiedRequest) -> Any:
-        return TurnStart(OutputFormat(reasoning=None), False)  # what the worker reads of it
+        return GenerationStart(OutputFormat(reasoning=None), False)  # what the worker reads of it
 
     def submit(self, prepared: Any, sink: TokenSink) -> threading.Thread:
         thread = threading.Thread(target=self._run, args=(sink,), daemon=True)
@@ -758,12 +758,12 @@ class FakeGenerator:
                 self._room.wait(0.01)
                 self._room.clear()
             if sink.stopped():
-                sink.finish(TurnEnd(PromptCacheUsage(0, 1), self.emitted, "cancelled"))
+                sink.finish(GenerationEnd(PromptCacheUsage(0, 1), self.emitted, "cancelled"))
                 return
             self.on_token(i)
             sink.token(f"{i},")
             self.emitted += 1
-        sink.finish(TurnEnd(PromptCacheUsage(2, 3), self.emitted, "stop"))
+        sink.finish(GenerationEnd(PromptCacheUsage(2, 3), self.emitted, "stop"))
 
 
 async def run_fake(

@@ -16,7 +16,13 @@ import trio
 from support.fake_adapter import FAKE, frames
 
 from cuca import CucaClient, PluginError, ProviderEndpoint, Text, UnifiedRequest
-from cuca.engine import LocalModel, SamplingConfig, TurnEnd, TurnStart, default_model_path
+from cuca.engine import (
+    GenerationEnd,
+    GenerationStart,
+    LocalModel,
+    SamplingConfig,
+    default_model_path,
+)
 from cuca.stages import (
     HTTP_PIPELINE,
     HTTP_POINTS,
@@ -201,14 +207,14 @@ def model() -> Any:
 
 async def test_points_tap_after_engine_sees_the_engine_records(model: LocalModel) -> None:
     """docs/local-engine.md promises after("engine", ...): a stage there sees a
-    TurnStart (with the request as sent), one str per token and a TurnEnd."""
+    GenerationStart (with the request as sent), one str per token and a GenerationEnd."""
     seen: list[Any] = []
     request = UnifiedRequest.new("smollm2").add_user_message("Say hi.").set_max_tokens(6)
     async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
         done = await client.generate(request, stages=[after("engine", tap(seen.append))])
-    assert isinstance(seen[0], TurnStart)
+    assert isinstance(seen[0], GenerationStart)
     assert seen[0].request is not None and seen[0].request.model == "smollm2"
-    assert isinstance(seen[-1], TurnEnd)
+    assert isinstance(seen[-1], GenerationEnd)
     tokens = [item for item in seen if isinstance(item, str)]
     assert len(tokens) == seen[-1].completion_tokens == 6
     assert done.response.usage is not None and done.response.usage.completion_tokens == 6

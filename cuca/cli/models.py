@@ -20,11 +20,11 @@ from cuca.errors import CucaError, TemplateError
 from .config import EXIT_ERROR, EXIT_OK
 from .console import Console
 
-__all__ = ["ModelInfo", "inspect_gguf", "run_models"]
+__all__ = ["ModelFile", "inspect_gguf", "run_models"]
 
 
 @attrs.frozen
-class ModelInfo:
+class ModelFile:
     """The facts ``models inspect`` prints.
 
     ``template_family`` is ``None`` when the file has no chat template;
@@ -57,7 +57,7 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def inspect_gguf(path: Path) -> ModelInfo:
+def inspect_gguf(path: Path) -> ModelFile:
     """Read ``path``'s metadata and analyse its chat template.
 
     Raises :class:`~cuca.errors.ConfigurationError` when the file is missing or not a
@@ -87,20 +87,20 @@ def inspect_gguf(path: Path) -> ModelInfo:
         try:
             template = ChatTemplate(source, bos_token=bos, eos_token=eos)
         except TemplateError as error:
-            return ModelInfo(**facts, template_error=str(error))
+            return ModelFile(**facts, template_error=str(error))
         family = template.family
         facts["template_family"] = family.name
         facts["reasoning_markers"] = family.reasoning
         facts["tool_syntax"] = family.tool_syntax.value if family.tool_syntax else None
         facts["capabilities"] = attrs.asdict(template.capabilities())
-    return ModelInfo(**facts)
+    return ModelFile(**facts)
 
 
 def _yes(value: bool) -> str:
     return "yes" if value else "no"
 
 
-def describe(info: ModelInfo) -> list[str]:
+def describe(info: ModelFile) -> list[str]:
     """``info`` as aligned ``label: value`` lines for people."""
     missing = "unknown"
     lines = [

@@ -10,28 +10,28 @@ from .compactor import Compactor as Compactor
 from .compactor import TokenCounter as TokenCounter
 from .conversation import Layout as Layout
 from .conversation import layout as layout
-from .strategies import Budget as Budget
-from .strategies import Change as Change
 from .strategies import ClampMessages as ClampMessages
 from .strategies import ClearToolResults as ClearToolResults
 from .strategies import DropOldestTurns as DropOldestTurns
+from .strategies import Shortened as Shortened
 from .strategies import SlidingWindow as SlidingWindow
 from .strategies import Strategy as Strategy
 from .strategies import SummariseOldestTurns as SummariseOldestTurns
 from .strategies import Summariser as Summariser
+from .strategies import TokenTarget as TokenTarget
 
 __all__ = [
-    "Budget",
-    "Change",
     "ClampMessages",
     "ClearToolResults",
     "Compactor",
     "DropOldestTurns",
     "Layout",
+    "Shortened",
     "SlidingWindow",
     "Strategy",
     "SummariseOldestTurns",
     "Summariser",
     "TokenCounter",
+    "TokenTarget",
     "layout",
 ]

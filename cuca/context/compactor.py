@@ -20,7 +20,7 @@ from cuca.types import (
 )
 
 from .conversation import layout
-from .strategies import Budget, ClampMessages, ClearToolResults, DropOldestTurns, Strategy
+from .strategies import ClampMessages, ClearToolResults, DropOldestTurns, Strategy, TokenTarget
 
 __all__ = ["Compactor", "TokenCounter"]
 
@@ -118,7 +118,7 @@ class Compactor(CucaPlugin):
             return (await counter.count_tokens(request)).tokens
 
         tokens = await self.tokens_for(request.model, counter)
-        budget = Budget(tokens, count, int(tokens * (1 - self.headroom)))
+        budget = TokenTarget(tokens, count, int(tokens * (1 - self.headroom)))
         first = await counter.count_tokens(request)
         if first.tokens <= budget.tokens:
             return request

@@ -1,6 +1,6 @@
 """The compaction strategies: each a small class that shortens a request one way.
 
-A strategy's ``apply(request, budget)`` returns a :class:`Change` (the shorter request
+A strategy's ``apply(request, budget)`` returns a :class:`Shortened` (the shorter request
 and what went, in words) or ``None`` when it has nothing to remove. It may count with
 ``budget.count`` to remove no more than needed. Every strategy keeps the rules of
 :mod:`cuca.context.conversation`; write your own by subclassing :class:`Strategy`.
@@ -31,20 +31,20 @@ if TYPE_CHECKING:
     from cuca.stream import Completion
 
 __all__ = [
-    "Budget",
-    "Change",
     "ClampMessages",
     "ClearToolResults",
     "DropOldestTurns",
+    "Shortened",
     "SlidingWindow",
     "Strategy",
     "SummariseOldestTurns",
     "Summariser",
+    "TokenTarget",
 ]
 
 
 @attrs.frozen
-class Budget:
+class TokenTarget:
     """The tokens a request may take (``tokens``), what a strategy that must remove
     something aims at (``goal``, at most ``tokens``: room for the next turns, so the
     same cut can be kept and a prefix cache stays warm), and how to count a request."""
@@ -63,7 +63,7 @@ class Budget:
 
 
 @attrs.frozen
-class Change:
+class Shortened:
     """A strategy's result: the shorter ``request`` and what it ``removed``, in words."""
 
     request: UnifiedRequest
@@ -76,7 +76,7 @@ class Strategy(abc.ABC):
     name: str = "strategy"
 
     @abc.abstractmethod
-    async def apply(self, request: UnifiedRequest, budget: Budget) -> Change | None:
+    async def apply(self, request: UnifiedRequest, budget: TokenTarget) -> Shortened | None:
         """The shortened request, or ``None`` when there is nothing to remove."""
 
 
@@ -99,7 +99,7 @@ class ClearToolResults(Strategy):
     def __init__(self, keep_last: int = 2) -> None:
         self.keep_last = keep_last
 
-    async def apply(self, request: UnifiedRequest, budget: Budget) -> Change | None:
+    async def apply(self, request: UnifiedRequest, budget: TokenTarget) -> Shortened | None:
         pairs = tool_pairs(request.messages)
         old = pairs[: max(len(pairs) - self.keep_last, 0)]
         messages = list(request.messages)
@@ -117,7 +117,7 @@ class ClearToolResults(Strategy):
         if not cleared:
             return None
         shorter = attrs.evolve(request, messages=tuple(messages))
-        return Change(shorter, f"{_plural(cleared, 'tool result')} ({chars} characters)")
+        return Shortened(shorter, f"{_plural(cleared, 'tool result')} ({chars} characters)")
 
 
 class ClampMessages(Strategy):
@@ -136,7 +136,7 @@ class ClampMessages(Strategy):
         cut = len(text) - 2 * half
         return f"{text[:half]}\n[... {cut} characters cut by compaction ...]\n{text[-half:]}"
 
-    async def apply(self, request: UnifiedRequest, budget: Budget) -> Change | None:
+    async def apply(self, request: UnifiedRequest, budget: TokenTarget) -> Shortened | None:
         pieces = layout(request.messages)
         users = [i for i, m in enumerate(request.messages) if m.role is MessageRole.USER]
         pinned = {pieces.head, users[-1] if users else None}
@@ -159,7 +159,7 @@ class ClampMessages(Strategy):
         if not clamped:
             return None
         shorter = attrs.evolve(request, messages=tuple(messages))
-        return Change(shorter, f"{_plural(clamped, 'block')} clamped ({cut} characters)")
+        return Shortened(shorter, f"{_plural(clamped, 'block')} clamped ({cut} characters)")
 
 
 def _size(block: object) -> int:
@@ -185,7 +185,7 @@ class DropOldestTurns(Strategy):
     def __init__(self) -> None:
         self._last: tuple[str, int] | None = None  # the dropped turns' digest, how many
 
-    async def apply(self, request: UnifiedRequest, budget: Budget) -> Change | None:
+    async def apply(self, request: UnifiedRequest, budget: TokenTarget) -> Shortened | None:
         pieces = layout(request.messages)
         if not pieces.turns:
             return None
@@ -205,10 +205,10 @@ class DropOldestTurns(Strategy):
         self._last = (_digest(request, pieces.turns[:turns]), turns)
         gone = sum(len(t) for t in pieces.turns[:turns])
         removed = f"{_plural(turns, 'oldest turn')} ({_plural(gone, 'message')})"
-        return Change(_dropped(pieces, turns, request), removed)
+        return Shortened(_dropped(pieces, turns, request), removed)
 
     async def _kept_cut(
-        self, pieces: Layout, request: UnifiedRequest, budget: Budget
+        self, pieces: Layout, request: UnifiedRequest, budget: TokenTarget
     ) -> int | None:
         """The previous cut, when this request starts with the same turns and still fits."""
         if self._last is None:
@@ -234,14 +234,14 @@ class SlidingWindow(Strategy):
     def __init__(self, last: int = 20) -> None:
         self.last = last
 
-    async def apply(self, request: UnifiedRequest, budget: Budget) -> Change | None:
+    async def apply(self, request: UnifiedRequest, budget: TokenTarget) -> Shortened | None:
         pieces = layout(request.messages)
         start = len(request.messages) - self.last
         kept = [t for t in pieces.turns if t[0] >= start]
         if len(kept) == len(pieces.turns):
             return None
         gone = sum(len(t) for t in pieces.turns) - sum(len(t) for t in kept)
-        return Change(_keep(request, pieces.kept(kept)), f"{_plural(gone, 'message')}")
+        return Shortened(_keep(request, pieces.kept(kept)), f"{_plural(gone, 'message')}")
 
 
 class Summariser(Protocol):
@@ -276,7 +276,7 @@ class SummariseOldestTurns(Strategy):
         self.written = 0
         """How many summaries the client was asked for (reuses do not count)."""
 
-    async def apply(self, request: UnifiedRequest, budget: Budget) -> Change | None:
+    async def apply(self, request: UnifiedRequest, budget: TokenTarget) -> Shortened | None:
         pieces = layout(request.messages)
         covered = pieces.turns[: max(len(pieces.turns) - self.keep_turns, 0)]
         if not covered:
@@ -295,7 +295,7 @@ class SummariseOldestTurns(Strategy):
         removed = (
             f"{_plural(len(covered), 'oldest turn')} ({_plural(len(old), 'message')}) summarised"
         )
-        return Change(shorter, removed)
+        return Shortened(shorter, removed)
 
     async def _summary(self, old: Sequence[UnifiedMessage]) -> str:
         ask = (

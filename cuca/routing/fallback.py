@@ -69,7 +69,7 @@ class StreamingClient(Protocol):
     ) -> AbstractAsyncContextManager[ResponseStream]: ...
 
 
-Attempt = AbstractAsyncContextManager[StreamingClient]
+NextClient = AbstractAsyncContextManager[StreamingClient]
 """One try of a turn: entering gives the client to send it to; leaving ends the try."""
 
 
@@ -88,7 +88,7 @@ def turn_options(
 
 @asynccontextmanager
 async def first_answer(
-    next_attempt: Callable[[], Attempt | None],
+    next_attempt: Callable[[], NextClient | None],
     request: UnifiedRequest,
     fallback_on: FallbackOn,
     failed: Callable[[CucaError], None] = lambda error: None,
@@ -192,7 +192,7 @@ class FallbackClient:
         clients = iter(self.clients)
         options = turn_options(stages, retry, fused, headers)
 
-        def next_attempt() -> Attempt | None:
+        def next_attempt() -> NextClient | None:
             client, model = next(clients, (None, None))
             if client is None:
                 return None

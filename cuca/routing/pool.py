@@ -25,8 +25,8 @@ import trio
 
 from cuca.errors import ConnectError, CucaError
 from cuca.routing.fallback import (
-    Attempt,
     FallbackOn,
+    NextClient,
     StreamingClient,
     default_fallback_on,
     first_answer,
@@ -159,7 +159,7 @@ class Pool:
             if policy.fallback_on(error):
                 state.failed(tried[-1], self.clock())
 
-        def next_attempt() -> Attempt | None:
+        def next_attempt() -> NextClient | None:
             if len(tried) == limit:
                 return None
             member = state.choose(self.clock(), exclude=tried)

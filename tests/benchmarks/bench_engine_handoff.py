@@ -44,9 +44,11 @@ class PacedEngine:
 
     def prepare(self, request: Any) -> Any:
         from cuca.engine.formats import OutputFormat
-        from cuca.engine.records import TurnStart
+        from cuca.engine.records import GenerationStart
 
-        return TurnStart(OutputFormat(reasoning=None), False)  # its format, as a prepared turn
+        return GenerationStart(
+            OutputFormat(reasoning=None), False
+        )  # its format, as a prepared turn
 
     def submit(self, prepared: Any, sink: Any) -> threading.Thread:
         thread = threading.Thread(target=self._run, args=(sink,), daemon=True)
@@ -60,13 +62,13 @@ class PacedEngine:
         pass
 
     def _run(self, sink: Any) -> None:
-        from cuca.engine.records import TurnEnd
+        from cuca.engine.records import GenerationEnd
         from cuca.types import PromptCacheUsage
 
         for _ in range(self.tokens):
             time.sleep(PACE)
             sink.token("a")
-        sink.finish(TurnEnd(PromptCacheUsage(0, 1), self.tokens, "stop"))
+        sink.finish(GenerationEnd(PromptCacheUsage(0, 1), self.tokens, "stop"))
 
 
 def paced(tokens: int, hand: Callable[[int], None]) -> threading.Thread:

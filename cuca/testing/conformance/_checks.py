@@ -43,7 +43,7 @@ STATUSES = (400, 401, 403, 404, 413, 429, 500, 503)
 
 
 @attrs.frozen
-class Budget:
+class Effort:
     """How hard the checks search: Hypothesis examples per search, and how many byte
     offsets the truncation checks try per transcript (None: every offset)."""
 
@@ -51,7 +51,7 @@ class Budget:
     max_offsets: int | None = 48
 
 
-Check = Callable[[Subject, Sequence[Transcript], Budget], list[Failure]]
+Check = Callable[[Subject, Sequence[Transcript], Effort], list[Failure]]
 
 
 def _reply_code(transcript: Transcript, **options: Any) -> str:
@@ -72,7 +72,7 @@ def _leaked(outcome: Outcome) -> str | None:
 
 
 def check_transcript(
-    subject: Subject, transcripts: Sequence[Transcript], _: Budget
+    subject: Subject, transcripts: Sequence[Transcript], _: Effort
 ) -> list[Failure]:
     """Each transcript, sent in one write, decodes to its blocks, cleanly."""
     failures = []
@@ -103,7 +103,7 @@ def _whole(outcome: Outcome, transcript: Transcript) -> str | None:
 
 
 def check_chunking(
-    subject: Subject, transcripts: Sequence[Transcript], budget: Budget
+    subject: Subject, transcripts: Sequence[Transcript], budget: Effort
 ) -> list[Failure]:
     """Any cut of the body into network writes gives the same blocks."""
     failures = []
@@ -168,7 +168,7 @@ last, partial frame."""
 
 
 def check_truncation(
-    subject: Subject, transcripts: Sequence[Transcript], budget: Budget
+    subject: Subject, transcripts: Sequence[Transcript], budget: Effort
 ) -> list[Failure]:
     """A complete HTTP response whose body stops early: a prefix of the blocks, then a
     `StreamIncomplete` (or the wire's own error about the partial frame); a clean end only
@@ -201,7 +201,7 @@ def _prefix(outcome: Outcome, transcript: Transcript) -> str | None:
 
 
 def check_cut_connection(
-    subject: Subject, transcripts: Sequence[Transcript], budget: Budget
+    subject: Subject, transcripts: Sequence[Transcript], budget: Effort
 ) -> list[Failure]:
     """The connection closes mid-response: a prefix of the blocks, then `StreamIncomplete`
     (a clean end only if every block had arrived)."""
@@ -223,7 +223,7 @@ def check_cut_connection(
     return failures
 
 
-def check_stall(subject: Subject, transcripts: Sequence[Transcript], _: Budget) -> list[Failure]:
+def check_stall(subject: Subject, transcripts: Sequence[Transcript], _: Effort) -> list[Failure]:
     """The server stops sending halfway: with a read timeout, a `ReadTimeout` after a
     prefix of the blocks."""
     transcript = transcripts[0]
@@ -241,7 +241,7 @@ def check_stall(subject: Subject, transcripts: Sequence[Transcript], _: Budget) 
 
 
 def check_http_status(
-    subject: Subject, transcripts: Sequence[Transcript], _: Budget
+    subject: Subject, transcripts: Sequence[Transcript], _: Effort
 ) -> list[Failure]:
     """Each error status, with the vendor's JSON body and with an HTML page: the
     `HttpStatusError` of its kind (`AuthenticationError` for 401 and 403, `RateLimitError`
@@ -279,7 +279,7 @@ def _status(outcome: Outcome, status: int, message: str) -> str | None:
     return None
 
 
-def check_garbage(subject: Subject, transcripts: Sequence[Transcript], _: Budget) -> list[Failure]:
+def check_garbage(subject: Subject, transcripts: Sequence[Transcript], _: Effort) -> list[Failure]:
     """Bodies that are no good turn: a typed error (or, on a wire without an end marker,
     a clean end), never another exception."""
     failures = []
@@ -296,7 +296,7 @@ def check_garbage(subject: Subject, transcripts: Sequence[Transcript], _: Budget
 
 
 def check_wrong_types(
-    subject: Subject, transcripts: Sequence[Transcript], budget: Budget
+    subject: Subject, transcripts: Sequence[Transcript], budget: Effort
 ) -> list[Failure]:
     """A transcript with one JSON value of another type: blocks and `CucaError`s only."""
     failures = []
@@ -317,7 +317,7 @@ def check_wrong_types(
 
 
 def check_drops(
-    subject: Subject, transcripts: Sequence[Transcript], budget: Budget
+    subject: Subject, transcripts: Sequence[Transcript], budget: Effort
 ) -> list[Failure]:
     """The turn dropped at any hop after any number of messages: no task, thread, file
     descriptor or connection is left, and nothing but a `CucaError` escapes."""
@@ -353,7 +353,7 @@ class _Found(Exception):
 def _search(
     strategy: st.SearchStrategy[T],
     examine: Callable[[T], Failure | None],
-    budget: Budget,
+    budget: Effort,
     first: Sequence[T] = (),
 ) -> list[Failure]:
     """Search `strategy` for a failing example, trying the cases in `first` before any

@@ -8,7 +8,7 @@ from typing import Any
 from cuca.errors import ConfigurationError
 from cuca.types import ProviderEndpoint, UnifiedRequest
 
-from ._checks import CHECKS, Budget
+from ._checks import CHECKS, Effort
 from ._model import ConformanceError, Failure, Subject, Transcript
 
 
@@ -51,7 +51,7 @@ def check_adapter(
         error_body=error_body,
         **_request(request),
     )
-    budget = Budget(max_examples=max_examples, max_offsets=max_offsets)
+    budget = Effort(max_examples=max_examples, max_offsets=max_offsets)
     failures: list[Failure] = []
     for name in names:
         failures += CHECKS[name](subject, transcripts, budget)
