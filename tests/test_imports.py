@@ -118,6 +118,8 @@ def test_imports_an_openai_turn_loads_only_its_adapter() -> None:
         "cuca.providers.gemini.overflow",
         # the rate-limit headers the wire's answers carry, read for the turn's gates
         "cuca.providers.headers",
+        # stop, seed, top_p and tool_choice checked against what each wire can do
+        "cuca.providers.controls",
         "cuca.providers.chat.ratelimit",
         # the chunk structs' decoder, with the submodules msgspec always loads
         *(m for m in modules if m == "msgspec" or m.startswith("msgspec.")),
