@@ -53,6 +53,10 @@ RUNS = [
         "limiter, budget, cache miss per turn on each store; cache hit vs live (issue: limits)",
         ["bench_limits.py"],
     ),
+    (
+        "embeddings: client CPU vs the openai SDK; local vs Llama.embed (issue 36)",
+        ["bench_embeddings.py"],
+    ),
 ]
 
 
