@@ -62,11 +62,18 @@ async def test_embed_llama_server_native_route_gives_the_same_vectors(server: Ll
 
 
 async def test_embed_llama_server_and_the_local_engine_agree(server: LlamaServer) -> None:
-    """The same model and pooling in process: the server's unit vectors are the local
-    engine's, normalized (to float32 rounding: the steps differ)."""
+    """The same model and pooling in process: the same tokens, and the server's unit
+    vectors point where the local engine's do. Not bit for bit: llama-server and
+    llama-cpp-python are two builds of llama.cpp whose kernels round differently
+    (measured: cosine 0.99905 to 0.99990, elements up to 0.0095 apart); bit-for-bit
+    equality is checked against llama-cpp-python itself (test_embeddings_local.py)."""
     async with CucaClient(ProviderEndpoint.LLAMA_CPP, base_url=server.url) as client:
         served = await client.embed(TEXTS)
     with load_model("smollm2") as model:
         async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
             local = await client.embed(TEXTS, pooling="mean")
-    assert all(close(unit(a), b, 2e-3) for a, b in zip(local, served, strict=True))
+    assert served.usage is not None and local.usage is not None
+    assert served.usage.prompt_tokens == local.usage.prompt_tokens
+    for mine, theirs in zip(local, served, strict=True):
+        cosine = sum(x * y for x, y in zip(unit(mine), theirs, strict=True))
+        assert cosine > 0.998, f"the local and served vectors point apart: cosine {cosine}"
