@@ -351,6 +351,9 @@ def test_testing_exports_public_surface() -> None:
     assert public == {
         "Feedable", "RecordedRequest", "ReplayServer", "Replies", "Reply", "chunk_sizes",
         "chunkings", "feed_chunks", "logged_reply", "open_replay_server", "split_points",
+        # the scripted replies (issue 35 §5)
+        "Script", "ScriptExhausted", "ScriptedError", "ScriptedServer", "ScriptedTurn",
+        "open_scripted_server",
     }
     for name in public:
         assert getattr(cuca.testing, name) is not None
