@@ -31,6 +31,10 @@ WEATHER = {
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
 QUESTION = "Weather in Paris and Tokyo?"
+# greedy decoding: a served local turn at the model's default temperature draws a fresh
+# seed, so its length (and whether it reaches max_tokens) differs from run to run.
+# anthropic 2.x has no temperature argument; the Messages wire still has the field
+GREEDY = {"temperature": 0}
 
 # SmolLM2's ChatML with a reasoning block opened by the generation prompt, and the
 # reasoning of earlier answers kept at their own turn (seed 000: reasoning_content)
@@ -93,6 +97,7 @@ async def test_serve_local_anthropic_stream_thinks_first_signs_and_counts_exactl
         async with client.messages.stream(
             model="smol",
             max_tokens=24,
+            extra_body=GREEDY,  # so the answer runs past 24 tokens in every run
             thinking={"type": "enabled", "budget_tokens": 1024},
             messages=[{"role": "user", "content": "Why is the sky blue?"}],
         ) as stream:
@@ -122,7 +127,7 @@ async def test_serve_local_reasoning_goes_back_into_the_template_at_its_own_turn
     thinking = {"type": "enabled", "budget_tokens": 1024}
     async with local_server(thinking_model) as (url, _), _anthropic(url) as client:
         first = await client.messages.create(
-            model="smol", max_tokens=12, thinking=thinking, messages=question
+            model="smol", max_tokens=12, thinking=thinking, messages=question, extra_body=GREEDY
         )
         assert first.content[0].type == "thinking"
         again = [
@@ -131,7 +136,7 @@ async def test_serve_local_reasoning_goes_back_into_the_template_at_its_own_turn
             {"role": "user", "content": "And red sunsets?"},
         ]
         second = await client.messages.create(
-            model="smol", max_tokens=4, thinking=thinking, messages=again
+            model="smol", max_tokens=4, thinking=thinking, messages=again, extra_body=GREEDY
         )
     reused = second.usage.cache_read_input_tokens
     assert reused is not None
@@ -192,7 +197,11 @@ async def test_serve_local_responses_stream_reads_as_the_sdk_expects(
 ) -> None:
     async with local_server(thinking_model) as (url, _), _openai(url) as client:
         async with client.responses.stream(
-            model="smol", input="Name a fruit.", max_output_tokens=12, reasoning={"effort": "low"}
+            model="smol",
+            input="Name a fruit.",
+            max_output_tokens=12,
+            temperature=0,
+            reasoning={"effort": "low"},
         ) as stream:
             events = [event async for event in stream]
     assert events[0].type == "response.created"
