@@ -66,12 +66,14 @@ def resolve_serve(args: argparse.Namespace, env: Mapping[str, str]) -> ServeSpec
         backends = spec.backends
         host = args.host or spec.host
         port = spec.port if args.port is None else args.port
+        gates = spec.keys
     else:
         backends = (_backend(args, env),)
         host = args.host or "127.0.0.1"
         port = DEFAULT_PORT if args.port is None else args.port
+        gates = {}
     keys = [*args.api_key, *(k.strip() for k in env.get(KEYS_ENV, "").split(",") if k.strip())]
-    spec = ServeSpec(backends, host, port, tuple(keys), bool(args.allow_no_key))
+    spec = ServeSpec(backends, host, port, tuple(keys), bool(args.allow_no_key), gates)
     _check_open(spec)
     return spec
 
@@ -89,11 +91,12 @@ def _check_open(spec: ServeSpec) -> None:
 async def serve_spec(spec: ServeSpec, console: Console) -> None:
     """Load the backends, bind, print the URL, serve until cancelled."""
     from cuca.serve.app import ServeApp
-    from cuca.serve.build import open_backends
+    from cuca.serve.build import key_limits, open_backends
     from cuca.serve.run import serve
 
+    limits = key_limits(spec)
     async with open_backends(spec) as backends:
-        app = ServeApp(backends, api_keys=spec.api_keys, secrets=spec.secrets())
+        app = ServeApp(backends, api_keys=spec.api_keys, secrets=spec.secrets(), key_limits=limits)
         async with trio.open_nursery() as nursery:
             url = await nursery.start(serve, app, spec.host, spec.port)
             console.out.write(url + "\n")

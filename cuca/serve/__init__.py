@@ -3,7 +3,8 @@ Messages wire, as an ASGI application (``cuca serve`` runs it under trio; see
 docs/serve.md).
 
 :class:`ServeApp` is the application, :class:`Backend` what serves one model name,
-:func:`serve` runs an application on a host and port under trio.
+:class:`KeyLimits` each client key's own rate limit and budget, :func:`serve` runs an
+application on a host and port under trio.
 """
 
 import typing as _typing
@@ -14,11 +15,13 @@ if _typing.TYPE_CHECKING:
     from .app import Backend as Backend
     from .app import Limits as Limits
     from .app import ServeApp as ServeApp
+    from .keys import KeyLimits as KeyLimits
     from .run import serve as serve
     from .signing import ServerSignatures as ServerSignatures
 
 _LAZY: dict[str, str] = {
     "Backend": "cuca.serve.app",
+    "KeyLimits": "cuca.serve.keys",
     "Limits": "cuca.serve.app",
     "ServeApp": "cuca.serve.app",
     "ServerSignatures": "cuca.serve.signing",

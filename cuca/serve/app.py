@@ -23,21 +23,26 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from cuca._nursery import background_nursery
+from cuca.admission import Admission, estimate_tokens
 from cuca.errors import ConfigurationError, CucaError
+from cuca.plugins import TurnOutcome
 from cuca.providers.anthropic.outbound import count_tokens_body
 from cuca.providers.anthropic.outbound import models_body as anthropic_models
 from cuca.providers.chat.outbound import models_body as openai_models
 from cuca.providers.serving import Ending, Inbound, Item
-from cuca.types import UnifiedRequest
+from cuca.types import TokenCount, UnifiedRequest, UnifiedResponse
 
 from .signing import ServerSignatures
 from .wires import WIRES, Wire
+
+if TYPE_CHECKING:
+    from .keys import KeyLimits
 
 __all__ = ["Backend", "HttpError", "Limits", "ServeApp"]
 
@@ -59,15 +64,23 @@ _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")
 
 @attrs.frozen
 class Backend:
-    """What serves one model name: ``client`` (anything with ``generate_stream`` and
-    ``count_tokens``, as :class:`~cuca.CucaClient` has), the model name sent to it
-    (``None``: the name the client asked for), and whether its token count is exact
-    and local (the engine's: the Messages stream then announces ``input_tokens`` at
-    ``message_start``)."""
+    """What serves one model name: ``client`` (anything with ``generate_stream``, and
+    ``count_tokens`` as :class:`~cuca.CucaClient` has: a client, a pool, a
+    :class:`~cuca.FallbackClient`), the model name sent to it (``None``: the name the
+    client asked for), and whether its token count is exact and local (the engine's:
+    the Messages stream then announces ``input_tokens`` at ``message_start``).
+    ``counter`` counts tokens where ``client`` cannot (a fallback: its first client);
+    ``None``: the client counts."""
 
     client: Any
     model: str | None = None
     counts_exactly: bool = False
+    counter: Any = None
+
+    async def count_tokens(self, request: UnifiedRequest) -> TokenCount:
+        """The prompt's tokens, as the backend counts them."""
+        counted: TokenCount = await (self.counter or self.client).count_tokens(request)
+        return counted
 
 
 @attrs.frozen
@@ -105,6 +118,31 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
+def _not_json(constant: str) -> Any:
+    """Python's json reads ``NaN`` and ``Infinity``; JSON has no such values, and a
+    sampler given one would not say so: the body is refused as not JSON."""
+    raise ValueError(f"{constant} is not JSON")
+
+
+MAX_MESSAGE = 1024
+"""The characters of an error message sent back: a refusal that quotes the client's
+value (``reasoning_effort must be one of ..., not '...'``) does not send back a
+megabyte the client sent."""
+
+
+def _capped(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with its ``error.message`` cut to :data:`MAX_MESSAGE` characters (the
+    one place every wire's error envelope keeps it)."""
+    error = body.get("error")
+    if not isinstance(error, dict):
+        return body
+    message = error.get("message")
+    if not isinstance(message, str) or len(message) <= MAX_MESSAGE:
+        return body
+    cut = f"{message[: MAX_MESSAGE - 40]}... ({len(message)} characters)"
+    return {**body, "error": {**error, "message": cut}}
+
+
 class _Disconnected(Exception):
     """The client hung up."""
 
@@ -116,7 +154,9 @@ class ServeApp:
     (``"*"`` serves any other name). ``api_keys``: the keys a client must send (as
     ``Authorization: Bearer`` or ``x-api-key``); none, and the server takes any
     request. ``secrets`` are strings never to be sent back (the upstream keys).
-    ``signatures`` seals thinking blocks (a random key by default).
+    ``signatures`` seals thinking blocks (a random key by default). ``key_limits``
+    gives each key its own rate limit and budget (:class:`~.keys.KeyLimits`; shared
+    by replicas through its store).
     """
 
     def __init__(
@@ -127,8 +167,10 @@ class ServeApp:
         secrets: Iterable[str] = (),
         signatures: ServerSignatures | None = None,
         limits: Limits | None = None,
+        key_limits: KeyLimits | None = None,
     ) -> None:
         self.backends = dict(backends)
+        self.key_limits = key_limits
         self._keys = tuple(k.encode() for k in api_keys if k)
         self._secrets = tuple(s.encode() for s in secrets if s)
         self.signatures = signatures or ServerSignatures()
@@ -145,20 +187,38 @@ class ServeApp:
 
     # -- what an exchange asks of the app ----------------------------------------------
 
-    def authorized(self, headers: Mapping[str, str]) -> bool:
-        """Whether the request carries one of the keys (compared in constant time, every
-        key compared whatever the result)."""
+    def authorized(self, headers: Mapping[str, str]) -> bytes | None:
+        """The key the request carries if it is one of the server's (compared in constant
+        time, every key compared whatever the result), ``b""`` for a server without
+        keys, ``None`` when refused."""
         if not self._keys:
-            return True
+            return b""
         bearer = headers.get("authorization", "")
         offered = [headers.get("x-api-key", "")]
         if bearer[:7].lower() == "bearer ":
             offered.append(bearer[7:].strip())
-        found = False
+        found = None
         for key in self._keys:
             for candidate in offered:
-                found |= hmac.compare_digest(candidate.encode(), key)
+                if hmac.compare_digest(candidate.encode(), key):
+                    found = key
         return found
+
+    def admission(self, key: bytes, backend: Backend) -> Admission | None:
+        """The turn's admission through ``key``'s own gates (``None`` without
+        ``key_limits``), the prompt counted by the backend (its estimate when it
+        cannot count)."""
+        if self.key_limits is None:
+            return None
+        gates = self.key_limits.gates(key)
+
+        async def count(request: UnifiedRequest) -> int:
+            try:
+                return (await backend.count_tokens(request)).tokens
+            except CucaError:
+                return estimate_tokens(request)
+
+        return Admission(gates, count)
 
     def backend(self, model: str) -> Backend:
         found = self.backends.get(model) or self.backends.get("*")
@@ -198,6 +258,7 @@ class _Exchange:
         self._send = send
         self.started = False
         self.status = 0
+        self.key = b""
 
     # -- answering ---------------------------------------------------------------------
 
@@ -218,7 +279,7 @@ class _Exchange:
     async def error(self, wire: Wire, error: BaseException) -> None:
         chosen = error.status if isinstance(error, HttpError) else None
         status, body = wire.error_body(error, chosen)
-        await self.json(status, body, scrub=True)
+        await self.json(status, _capped(body), scrub=True)
 
     # -- the request -------------------------------------------------------------------
 
@@ -240,8 +301,10 @@ class _Exchange:
         if self.path == "/health" and self.method == "GET":
             await self.json(200, {"status": "ok"})
             return
-        if not self.app.authorized(self.headers):
+        key = self.app.authorized(self.headers)
+        if key is None:
             raise HttpError(401, "invalid or missing API key")
+        self.key = key
         if self.path == "/v1/models" and self.method == "GET":
             names = sorted(m for m in self.app.backends if m != "*")
             anthropic = "anthropic-version" in self.headers
@@ -286,7 +349,7 @@ class _Exchange:
         if waited.cancelled_caught:
             raise HttpError(408, f"the body did not arrive within {limits.body_timeout:g} s")
         try:
-            value = json.loads(data)
+            value = json.loads(data, parse_constant=_not_json)
         except (ValueError, RecursionError):
             raise HttpError(400, "the body is not JSON") from None
         if _depth(value, limits.max_depth) > limits.max_depth:
@@ -302,7 +365,7 @@ class _Exchange:
         inbound = decode(body, wire.signatures(self.app.signatures), counting=True)
         backend = self.app.backend(inbound.request.model)
         request = _for_backend(inbound, backend).request
-        count = await self._watched(lambda: backend.client.count_tokens(request))
+        count = await self._watched(lambda: backend.count_tokens(request))
         await self.json(200, count_tokens_body(count.tokens))
 
     async def _turn(self, wire: Wire, body: Any) -> None:
@@ -311,14 +374,37 @@ class _Exchange:
         model = inbound.request.model
         backend = self.app.backend(model)
         inbound = _for_backend(inbound, backend)
+        admission = self.app.admission(self.key, backend)
+        if admission is None:
+            await self._run(wire, inbound, backend, model, signatures)
+            return
+        await self._watched(lambda: admission.admit(inbound.request))
+        end = TurnOutcome("cancelled")
+        try:
+            end = await self._run(wire, inbound, backend, model, signatures)
+        except _Disconnected:
+            raise  # settled as cancelled: a turn cut short is charged its reservation
+        except Exception as error:
+            end = TurnOutcome("error", error=error)
+            raise
+        finally:
+            await admission.settle(end)
+
+    async def _run(
+        self, wire: Wire, inbound: Inbound, backend: Backend, model: str, signatures: Any
+    ) -> TurnOutcome:
+        """Run the turn and answer it, streamed or whole; how it ended."""
         if not inbound.request.stream:
             # the backend streams either way: a whole answer is the stream's items
             # accumulated, so both classify the same text the same way (seed 004, 1)
             streamed = attrs.evolve(inbound.request, stream=True)
-            items, ending = await self._watched(lambda: _collect(backend, streamed))
-            await self.json(200, wire.whole(items, ending, model, signatures))
-            return
-        await self._watched(lambda: self._stream(wire, inbound, backend, model, signatures))
+            items, response = await self._watched(lambda: _collect(backend, streamed))
+            await self.json(200, wire.whole(items, _ending(response), model, signatures))
+            return TurnOutcome("ok", response) if response is not None else TurnOutcome("error")
+        end: TurnOutcome = await self._watched(
+            lambda: self._stream(wire, inbound, backend, model, signatures)
+        )
+        return end
 
     async def _watched(self, work: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``work`` while watching for the client's hang-up, which cancels it."""
@@ -342,12 +428,13 @@ class _Exchange:
 
     async def _stream(
         self, wire: Wire, inbound: Inbound, backend: Backend, model: str, signatures: Any
-    ) -> None:
+    ) -> TurnOutcome:
+        """Write the turn as the wire streams it; how it ended, for the key's gates."""
         writer = wire.writer(model, inbound, signatures)
         request = inbound.request
         input_tokens = None
         if wire.announces_input and backend.counts_exactly:
-            input_tokens = (await backend.client.count_tokens(request)).tokens
+            input_tokens = (await backend.count_tokens(request)).tokens
         pending = writer.open(input_tokens)
         try:
             async with backend.client.generate_stream(request) as stream:
@@ -366,14 +453,17 @@ class _Exchange:
                     if getattr(writer, "failed", False):
                         break  # the wire could not carry an item: the turn ends here
                 response = stream.response
-            tail = writer.close(Ending.of(response) if response is not None else Ending())
+            tail = writer.close(_ending(response))
+            end = TurnOutcome("ok", response) if response is not None else TurnOutcome("error")
         except CucaError as error:
             if not self.started:
                 raise
             tail = self.app.scrub(writer.fail(error))
+            end = TurnOutcome("error", error=error)
         if not self.started:
             await self.start(200, _SSE)
         await self.body(pending + tail)
+        return end
 
 
 def _for_backend(inbound: Inbound, backend: Backend) -> Inbound:
@@ -389,10 +479,16 @@ def _logged(batch: Sequence[Item]) -> Sequence[Item]:
     return batch
 
 
-async def _collect(backend: Backend, request: UnifiedRequest) -> tuple[list[Item], Ending]:
+def _ending(response: UnifiedResponse | None) -> Ending:
+    return Ending.of(response) if response is not None else Ending()
+
+
+async def _collect(
+    backend: Backend, request: UnifiedRequest
+) -> tuple[list[Item], UnifiedResponse | None]:
     items: list[Item] = []
     async with backend.client.generate_stream(request) as stream:
         async for item in stream:
             items.append(item)
-        response = stream.response
-    return items, Ending.of(response) if response is not None else Ending()
+        response: UnifiedResponse | None = stream.response
+    return items, response

@@ -1,10 +1,13 @@
 """From a :class:`~.config.ServeSpec` to running backends: local models loaded (off the
-trio thread), one client per served model, closed when the server stops."""
+trio thread), one client per served model (a pool when its ``base_url`` is a list,
+with the route's features as plugins), a :class:`~cuca.FallbackClient` over it and the
+routes its ``fallback`` names, all closed when the server stops."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -13,14 +16,18 @@ from cuca.client import CucaClient
 from cuca.errors import ConfigurationError
 from cuca.plugins import CucaPlugin
 from cuca.retry import RetryPolicy
+from cuca.routing.fallback import FallbackClient
+from cuca.routing.pool import PoolPolicy
+from cuca.stream import TurnClient
 
 from .app import Backend
 from .config import BackendSpec, ServeSpec
+from .keys import KeyLimits
 
 if TYPE_CHECKING:
     from cuca.engine import LocalModel
 
-__all__ = ["DEFAULT_CTX", "DEFAULT_PARALLEL", "open_backends"]
+__all__ = ["DEFAULT_CTX", "DEFAULT_PARALLEL", "key_limits", "open_backends"]
 
 DEFAULT_CTX = 4096
 DEFAULT_PARALLEL = 4
@@ -49,20 +56,38 @@ def _load(spec: BackendSpec) -> LocalModel:
 def plugins_of(spec: BackendSpec) -> list[CucaPlugin]:
     """The route's client features (:data:`.config.FEATURES`, and its session log)."""
     from cuca.cache import ResponseCache
+    from cuca.context import Compactor
     from cuca.limits import Budget, RateLimiter
 
-    classes: dict[str, Any] = {"rate_limit": RateLimiter, "budget": Budget, "cache": ResponseCache}
+    classes: dict[str, Any] = {
+        "rate_limit": RateLimiter,
+        "budget": Budget,
+        "cache": ResponseCache,
+        "compaction": Compactor,
+    }
     plugins: list[CucaPlugin] = []
     for name, settings in spec.features.items():
         try:
             plugins.append(classes[name](**settings))
-        except TypeError as exc:
-            raise ConfigurationError(f"models.{spec.name}.{name}: {exc}") from None
+        except (TypeError, ValueError, ConfigurationError) as exc:
+            said = exc.args[0] if exc.args else exc
+            raise ConfigurationError(f"models.{spec.name}.{name}: {said}") from None
     if spec.session_log is not None:
         from cuca.observers.session_log import SessionLog
 
         plugins.append(SessionLog(spec.session_log))
     return plugins
+
+
+def _pool(spec: BackendSpec) -> PoolPolicy | None:
+    if spec.pool is None:
+        return None
+    if not isinstance(spec.base_url, tuple):
+        raise ConfigurationError(f"models.{spec.name}.pool needs base_url to be a list of URLs")
+    try:
+        return PoolPolicy(**spec.pool)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"models.{spec.name}.pool: {exc}") from None
 
 
 def _client(spec: BackendSpec, model: LocalModel | None) -> CucaClient:
@@ -75,6 +100,7 @@ def _client(spec: BackendSpec, model: LocalModel | None) -> CucaClient:
     return CucaClient(
         spec.provider,
         base_url=spec.base_url,
+        pool=_pool(spec),
         api_key=spec.api_key,
         provider_config=config,
         local_model=model,
@@ -90,6 +116,7 @@ async def open_backends(spec: ServeSpec) -> AsyncIterator[dict[str, Backend]]:
     backends: dict[str, Backend] = {}
     async with AsyncExitStack() as stack:
         loaded: dict[Any, LocalModel] = {}
+        clients: dict[str, CucaClient] = {}
         for backend in spec.backends:
             model = None
             if backend.is_local:
@@ -103,5 +130,38 @@ async def open_backends(spec: ServeSpec) -> AsyncIterator[dict[str, Backend]]:
                 close = getattr(plugin, "close", None)
                 if callable(close):
                     stack.push_async_callback(trio.to_thread.run_sync, close)
-            backends[backend.name] = Backend(client, backend.model, counts_exactly=backend.is_local)
+            clients[backend.name] = client
+        for backend in spec.backends:
+            backends[backend.name] = _served(backend, spec, clients)
         yield backends
+
+
+def _served(backend: BackendSpec, spec: ServeSpec, clients: dict[str, CucaClient]) -> Backend:
+    """The route's backend: its own client, or a fallback over it and the routes its
+    ``fallback`` names (each sent its own ``model``, or its name). The fallback is not
+    closed: the clients it holds are, once each."""
+    own = clients[backend.name]
+    exact = backend.is_local
+    if not backend.fallback:
+        return Backend(own, backend.model, counts_exactly=exact)
+    by_name = {b.name: b for b in spec.backends}
+    chain: list[TurnClient | tuple[TurnClient, str]] = [own]
+    for name in backend.fallback:
+        chain.append((clients[name], by_name[name].model or name))
+    return Backend(FallbackClient(chain), backend.model, counts_exactly=exact, counter=own)
+
+
+def key_limits(spec: ServeSpec) -> KeyLimits | None:
+    """The ``[keys]`` table as :class:`~.keys.KeyLimits` (``None`` when it sets no
+    gate): ``store`` a ``redis://`` URL (a :class:`~cuca.store.RedisStore`, shared by
+    replicas) or a SQLite file (replicas on one machine)."""
+    table = spec.keys
+    if table.get("rate_limit") is None and table.get("budget") is None:
+        return None
+    from cuca.store import MemoryStore, RedisStore, SqliteStore, Store
+
+    where = table.get("store")
+    store: Store = MemoryStore()
+    if where is not None:
+        store = RedisStore(where) if where.startswith("redis") else SqliteStore(Path(where))
+    return KeyLimits(table.get("rate_limit"), table.get("budget"), store)

@@ -7,6 +7,11 @@ A file names each served model under ``[models."NAME"]``::
     host = "127.0.0.1"
     port = 8080
 
+    [keys]                           # each client key's own gates
+    rate_limit = { requests_per_minute = 30 }
+    budget = { tokens = 1000000, window = 86400 }
+    store = "redis://10.0.0.5:6379/0"  # shared by the replicas (default: this process)
+
     [models."smollm2"]
     provider = "local"               # the in-process engine
     path = "~/models/SmolLM2-135M-Instruct-Q8_0.gguf"
@@ -25,6 +30,13 @@ A file names each served model under ``[models."NAME"]``::
     rate_limit = { requests_per_minute = 60, max_concurrent = 4 }   # a RateLimiter
     budget = { usd = 5.0, window = 86400 }                           # a Budget
     cache = { ttl = 3600 }                                           # a ResponseCache
+    compaction = { budget = 100000, headroom = 0.25 }                # a Compactor
+    fallback = ["local-backup"]      # routes that take a turn this one fails to start
+
+    [models."pooled"]
+    provider = "llama_cpp"
+    base_url = ["http://10.0.0.1:8080", "http://10.0.0.2:8080"]     # a pool of servers
+    pool = { cool_down = 10, failures = 1 }                          # its PoolPolicy
 
 ``NAME = "*"`` serves every model name not listed (a gateway passing names through).
 """
@@ -56,7 +68,8 @@ class BackendSpec:
     provider: ProviderEndpoint
     model: str | None = None
     path: Path | None = None
-    base_url: str | None = None
+    base_url: str | tuple[str, ...] | None = None
+    """One server, or several serving the same model (a pool)."""
     api_key: str | None = attrs.field(default=None, repr=False)
     ctx: int | None = None
     threads: int | None = None
@@ -65,9 +78,15 @@ class BackendSpec:
     timeout: float | None = None
     retries: int | None = None
     features: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, hash=False)
-    """The client features of this route by name (``rate_limit``, ``budget``,
-    ``cache``): each table's keys are the keyword arguments of its class."""
+    """The client features of this route by name (:data:`FEATURES`): each table's keys
+    are the keyword arguments of its class."""
     session_log: Path | None = None
+    pool: Mapping[str, Any] | None = attrs.field(default=None, hash=False)
+    """The :class:`~cuca.PoolPolicy` of a pool (``base_url`` a list), as its keyword
+    arguments."""
+    fallback: tuple[str, ...] = ()
+    """The routes (names in the same file) that take a turn this one fails before its
+    first item, in order: a :class:`~cuca.FallbackClient`."""
 
     @property
     def is_local(self) -> bool:
@@ -83,6 +102,9 @@ class ServeSpec:
     port: int = DEFAULT_PORT
     api_keys: tuple[str, ...] = attrs.field(default=(), repr=False)
     allow_open: bool = False
+    keys: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    """The ``[keys]`` table: each key's ``rate_limit`` and ``budget``, and the ``store``
+    they are kept in (see :func:`key_limits`)."""
 
     def secrets(self) -> tuple[str, ...]:
         """The upstream keys, never to be sent back."""
@@ -124,7 +146,7 @@ def _backend(name: str, table: Any, env: Mapping[str, str], base: Path) -> Backe
         provider=provider,
         model=_of(table, "model", str, where),
         path=(base / Path(path).expanduser()) if path else None,
-        base_url=_of(table, "base_url", str, where),
+        base_url=_base_url(table, where),
         api_key=key or None,
         ctx=_of(table, "ctx", int, where),
         threads=_of(table, "threads", int, where),
@@ -136,24 +158,62 @@ def _backend(name: str, table: Any, env: Mapping[str, str], base: Path) -> Backe
         session_log=(base / Path(log).expanduser())
         if (log := _of(table, "session_log", str, where))
         else None,
+        pool=_table(table, "pool", where),
+        fallback=_names(table, "fallback", where),
     )
 
 
-FEATURES = ("rate_limit", "budget", "cache")
+def _base_url(table: Mapping[str, Any], where: str) -> str | tuple[str, ...] | None:
+    value = table.get("base_url")
+    if isinstance(value, list):
+        if not value or not all(isinstance(url, str) for url in value):
+            raise ConfigurationError(f"{where}.base_url must be a URL or a list of URLs")
+        return tuple(value)
+    url: str | None = _of(table, "base_url", str, where)
+    return url
+
+
+def _table(table: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
+    value = table.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ConfigurationError(f"{where}.{key} must be a table of its settings")
+    return value
+
+
+def _names(table: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ConfigurationError(f"{where}.{key} must be a list of model names")
+    return tuple(value)
+
+
+FEATURES = ("rate_limit", "budget", "cache", "compaction")
 """The client features a route may have, each a table of its class's keyword arguments
-(:class:`~cuca.RateLimiter`, :class:`~cuca.Budget`, :class:`~cuca.ResponseCache`)."""
+(:class:`~cuca.RateLimiter`, :class:`~cuca.Budget`, :class:`~cuca.ResponseCache`,
+:class:`~cuca.Compactor`)."""
 
 
 def _features(table: Mapping[str, Any], where: str) -> dict[str, Mapping[str, Any]]:
     found: dict[str, Mapping[str, Any]] = {}
     for name in FEATURES:
-        value = table.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise ConfigurationError(f"{where}.{name} must be a table of its settings")
-        found[name] = value
+        value = _table(table, name, where)
+        if value is not None:
+            found[name] = value
     return found
+
+
+def _check_fallbacks(backends: tuple[BackendSpec, ...]) -> None:
+    """Each fallback names another route of the file (not ``*``, which has no one
+    name to send)."""
+    names = {b.name for b in backends}
+    for backend in backends:
+        for name in backend.fallback:
+            if name == backend.name or name == "*" or name not in names:
+                raise ConfigurationError(
+                    f"models.{backend.name}.fallback: {name!r} is not another model of the file"
+                )
 
 
 def load_spec(path: Path, env: Mapping[str, str]) -> ServeSpec:
@@ -167,11 +227,22 @@ def load_spec(path: Path, env: Mapping[str, str]) -> ServeSpec:
         raise ConfigurationError(f'{path} names no [models."NAME"] table')
     base = path.parent
     backends = tuple(_backend(n, t, env, base) for n, t in models.items())
+    _check_fallbacks(backends)
     server = data.get("server", {})
     if not isinstance(server, dict):
         raise ConfigurationError(f"{path}: [server] must be a table")
+    keys = data.get("keys", {})
+    if not isinstance(keys, dict):
+        raise ConfigurationError(f"{path}: [keys] must be a table")
+    unknown = set(keys) - {"rate_limit", "budget", "store"}
+    if unknown:
+        raise ConfigurationError(f"[keys] has no {', '.join(sorted(unknown))}")
+    for name in ("rate_limit", "budget"):
+        _table(keys, name, "keys")
+    _of(keys, "store", str, "keys")
     return ServeSpec(
         backends,
         host=_of(server, "host", str, "server") or "127.0.0.1",
         port=_of(server, "port", int, "server") or DEFAULT_PORT,
+        keys=keys,
     )
