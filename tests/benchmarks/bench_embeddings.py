@@ -1,19 +1,29 @@
 """Benchmark embeddings: the client's CPU on the OpenAI wire, and the local engine.
 
 Run ``python tests/benchmarks/bench_embeddings.py`` (``--local`` or ``--http`` for one
-part): one command, best of ``REPEATS`` after a warm-up. Never part of pass/fail.
+part). Never part of pass/fail.
 
 1. ``--http``: 100 inputs whose vectors have 1536 dimensions from a loopback server
    speaking OpenAI's ``/v1/embeddings`` (one answer, built once, in the format each
    client asks for: cuca asks for ``encoding_format: "base64"``, the openai SDK asks for
    base64 too when no format is given and decodes it with numpy into lists). The
    figure is the client process's CPU time per call (``time.process_time``; the server
-   runs in another process), cuca's ``client.embed`` against the SDK's
-   ``embeddings.create``. Also: the two ways of reading a base64 vector (numpy's
-   ``frombuffer`` and ``array("f")``), which chose cuca's vector type.
-2. ``--local``: 1,000 short texts on SmolLM2-135M (mean pooling), cuca's
-   ``client.embed`` against llama-cpp-python's ``Llama.embed``, the same threads and
-   step size (wall time, best of ``LOCAL_REPEATS``: the work is in llama.cpp's threads).
+   runs in another process; best of ``REPEATS`` after a warm-up), cuca's
+   ``client.embed`` against the SDK's ``embeddings.create``. Also: the two ways of
+   reading a base64 vector (numpy's ``frombuffer`` and ``array("f")``), which chose
+   cuca's vector type.
+2. ``--local``: 1,000 short texts (``--texts``; about 10 tokens each) on SmolLM2-135M
+   with mean pooling, cuca's ``client.embed`` against llama-cpp-python's
+   ``Llama.embed``, both loaded in this process with the same threads (``--threads``,
+   the machine's cores by default) and the same steps of 512 tokens. After a warm-up of
+   one step each, ``--rounds`` rounds (3) of one full call per side, alternated; the
+   medians of wall time (the work is in llama.cpp's threads) and of the process's CPU
+   time. What it costs: the texts are ~10,000 tokens in 20 steps, ~2.7 TFLOP of
+   SmolLM2's Q4_1 matrix products (``ggml_vec_dot_q4_1_q8_1`` is two thirds of the
+   profile), about 6.5 s of one core per step on the project's machine: a round is
+   a minute or two of 2 cores, the whole part a few minutes on a quiet machine. On a
+   loaded one, ``--threads 1``: llama.cpp's threads spin at each operation's barrier,
+   so two threads sharing busy cores double the CPU time and halve the speed.
 """
 
 from __future__ import annotations
@@ -33,7 +43,6 @@ from typing import Any
 import trio
 
 REPEATS = 7
-LOCAL_REPEATS = 3  # a call is a second or more of llama.cpp's work
 THREADS = max(1, len(os.sched_getaffinity(0)))
 
 
@@ -185,9 +194,16 @@ def http_part() -> None:
 # -- 2. the local engine ---------------------------------------------------------------------
 
 TEXTS = 1000
+ROUNDS = 3
 
 
-def local_part() -> None:
+def local_part(texts_count: int, rounds: int, threads_count: int) -> None:
+    """Both sides loaded once in this process, warmed on one step's texts, then
+    ``rounds`` rounds of one full call each, alternated (the side that goes first
+    alternates too, so a change in the machine's load falls on both); the medians,
+    and whether the last round's vectors agree bit for bit."""
+    import statistics
+
     import llama_cpp
 
     from cuca import CucaClient, ProviderEndpoint
@@ -195,8 +211,8 @@ def local_part() -> None:
 
     path = default_model_path()
     topics = ["cats", "rivers", "code"]
-    texts = [f"Short text number {i} about {topics[i % 3]}." for i in range(TEXTS)]
-    threads = {"n_threads": THREADS, "n_threads_batch": THREADS}
+    texts = [f"Short text number {i} about {topics[i % 3]}." for i in range(texts_count)]
+    threads = {"n_threads": threads_count, "n_threads_batch": threads_count}
     llama = llama_cpp.Llama(
         str(path),
         embedding=True,
@@ -206,24 +222,55 @@ def local_part() -> None:
         verbose=False,
         **threads,
     )
-    theirs = best(lambda: llama.embed(texts), repeats=LOCAL_REPEATS)
-    reference = llama.embed(texts)
-    llama.close()
+    tokens = sum(len(llama.tokenize(text.encode())) for text in texts)
+    warm = texts[:40]  # one step of 512 tokens: both contexts made and the weights paged in
 
-    async def ours() -> tuple[float, Any]:
+    async def ours() -> tuple[list[float], list[float], Any, Any]:
+        walls: dict[str, list[float]] = {"theirs": [], "ours": []}
+        cpus: dict[str, list[float]] = {"theirs": [], "ours": []}
+        last: dict[str, Any] = {}
         with LocalModel.load(path, **threads) as model:
             async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
-                run = lambda: client.embed(texts, pooling="mean")  # noqa: E731
-                elapsed = await abest(run, repeats=LOCAL_REPEATS)
-                return elapsed, await client.embed(texts, pooling="mean")
 
-    mine, result = trio.run(ours)
-    same = [list(v) for v in result.vectors] == reference
-    shown = f"{TEXTS} short texts, SmolLM2-135M, mean pooling, {THREADS} threads"
-    print(f"{shown} (best of {LOCAL_REPEATS}):")
-    print(f"  llama-cpp-python Llama.embed   {theirs * 1e3:8.1f} ms")
-    print(f"  cuca client.embed (local)      {mine * 1e3:8.1f} ms")
-    print(f"  ratio cuca / llama-cpp-python  {mine / theirs:8.3f}x")
+                async def cuca_embed(batch: list[str]) -> Any:
+                    return (await client.embed(batch, pooling="mean")).vectors
+
+                async def llama_embed(batch: list[str]) -> Any:
+                    return llama.embed(batch)
+
+                sides = {"theirs": llama_embed, "ours": cuca_embed}
+                for side in sides.values():
+                    await side(warm)
+                for number in range(rounds):
+                    order = ["theirs", "ours"] if number % 2 == 0 else ["ours", "theirs"]
+                    for name in order:
+                        wall, cpu = time.perf_counter(), time.process_time()
+                        last[name] = await sides[name](texts)
+                        walls[name].append(time.perf_counter() - wall)
+                        cpus[name].append(time.process_time() - cpu)
+                        print(f"  round {number + 1} {name:6} {walls[name][-1]:8.2f} s", flush=True)
+        return (
+            [statistics.median(walls[n]) for n in ("theirs", "ours")],
+            [statistics.median(cpus[n]) for n in ("theirs", "ours")],
+            last["theirs"],
+            last["ours"],
+        )
+
+    shown = (
+        f"{texts_count} short texts ({tokens} tokens), SmolLM2-135M, mean pooling, "
+        f"{threads_count} thread(s), {rounds} alternated rounds"
+    )
+    print(f"{shown}; load average {os.getloadavg()[0]:.2f} at the start", flush=True)
+    try:
+        (theirs, mine), (their_cpu, my_cpu), reference, result = trio.run(ours)
+    finally:
+        llama.close()
+    same = [list(v) for v in result] == reference
+    print(f"{shown} (medians; load average {os.getloadavg()[0]:.2f} at the end):")
+    print(f"  llama-cpp-python Llama.embed   {theirs:8.2f} s wall  {their_cpu:8.2f} s CPU")
+    print(f"  cuca client.embed (local)      {mine:8.2f} s wall  {my_cpu:8.2f} s CPU")
+    ratios = f"{mine / theirs:8.3f}x wall {my_cpu / their_cpu:6.3f}x CPU"
+    print(f"  ratio cuca / llama-cpp-python  {ratios}")
     print(f"  vectors equal bit for bit      {same}")
 
 
@@ -231,12 +278,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", action="store_true", help="only the OpenAI wire part")
     parser.add_argument("--local", action="store_true", help="only the local engine part")
+    parser.add_argument("--texts", type=int, default=TEXTS, help="texts of the local part")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternated rounds (local)")
+    parser.add_argument(
+        "--threads", type=int, default=THREADS, help="llama.cpp threads, both sides (local)"
+    )
     args = parser.parse_args()
     both = not args.http and not args.local
     if args.http or both:
         http_part()
     if args.local or both:
-        local_part()
+        local_part(args.texts, args.rounds, args.threads)
 
 
 if __name__ == "__main__":
