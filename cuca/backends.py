@@ -15,7 +15,7 @@ backend hands each attempt's head with what its adapter reads in the headers.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -209,14 +209,17 @@ class HttpBackend:
         ``ConfigurationError`` where the server has none."""
         return self.adapter().embedding_route()
 
-    async def request_json(self, wire: HttpRequest) -> Any:
+    async def request_json(self, wire: HttpRequest, heads: Heads | None = None) -> Any:
         """Send one small request outside a turn (the client's extra headers on it) and
-        return the 2xx answer's JSON."""
+        return the 2xx answer's JSON; ``heads`` (an embedding request's gates) is told
+        the answer's head, 2xx or not, with what the adapter reads in its headers, as a
+        turn's transport tells its own."""
         from cuca.providers.base import with_headers
 
         adapter = self.adapter()
+        answered = None if heads is None else _Attempts(heads, adapter.rate_limits).answered
         return await request_json(
-            self.http(), with_headers(wire, self.headers), adapter.status_error
+            self.http(), with_headers(wire, self.headers), adapter.status_error, answered
         )
 
     async def aclose(self) -> None:
@@ -286,12 +289,17 @@ class LocalBackend:
 
 
 async def request_json(
-    http: httpx.AsyncClient, request: WireRequest, status_error: StatusError
+    http: httpx.AsyncClient,
+    request: WireRequest,
+    status_error: StatusError,
+    answered: Callable[[int, Sequence[tuple[str, str]]], Awaitable[None]] | None = None,
 ) -> Any:
     """One JSON request outside a turn (counting a prompt's tokens, reading a server's
-    window): sent through the backend's pool (a GET carries no body), the 2xx answer's
-    JSON returned; any other status raises the adapter's typed error, a failed
-    connection the same :class:`~cuca.errors.TransportError` kinds a turn would."""
+    window, an embedding): sent through the backend's pool (a GET carries no body), the
+    2xx answer's JSON returned; any other status raises the adapter's typed error (with
+    the answer's ``Retry-After``), a failed connection the same
+    :class:`~cuca.errors.TransportError` kinds a turn would. ``answered`` is told the
+    answer's status and headers first, whatever the status."""
     from cuca.stages.http import transport_error
 
     content = None if request.method == "GET" else request.body_bytes()
@@ -301,9 +309,14 @@ async def request_json(
         )
     except httpx.HTTPError as exc:
         raise transport_error(exc, request.url) from exc
+    if answered is not None:
+        await answered(response.status_code, tuple(response.headers.multi_items()))
     text = response.text
     if not 200 <= response.status_code < 300:
-        raise status_error(response.status_code, text, None)
+        from .retry import parse_retry_after
+
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        raise status_error(response.status_code, text, retry_after)
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:

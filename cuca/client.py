@@ -546,7 +546,7 @@ class CucaClient:
         )
 
 
-async def _local_send(wire: object) -> object:
+async def _local_send(wire: object, heads: object = None) -> object:
     """The local engine's embedding route sends nothing."""
     raise ConfigurationError("the local engine sends no HTTP request")
 

@@ -63,7 +63,7 @@ class ScriptedRoute:
             self.in_flight -= 1
 
 
-async def no_send(request: Any) -> Any:
+async def no_send(request: Any, heads: Any = None) -> Any:
     raise AssertionError("the scripted route sends nothing")
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
+import attrs
 import pytest
+import trio
 from support.embedding_servers import (
     gemini_embeddings,
     llama_embedding,
@@ -17,6 +20,7 @@ from support.embedding_servers import (
     replay_vector,
 )
 from support.transcripts import TRANSCRIPTS
+from trio.testing import MockClock
 
 from cuca import (
     Budget,
@@ -27,9 +31,11 @@ from cuca import (
     LlamaCppConfig,
     LlamaRoute,
     ProviderEndpoint,
+    RateLimiter,
     ResponseCache,
 )
 from cuca.cost import turn_cost
+from cuca.retry import RetryPolicy
 from cuca.testing import Reply, open_replay_server
 from cuca.types import TokenUsage
 
@@ -263,3 +269,65 @@ async def test_embed_cache_and_budget_on_a_real_wire() -> None:
     assert values(again) == values(first)
     assert first.cost is not None
     assert Decimal(str((await budget.spent())["usd"])) == first.cost
+
+
+class Headed:
+    """The OpenAI replay, with ``headers`` added to the answer of request number
+    ``when`` (from 1) and the trio time each request arrived."""
+
+    def __init__(self, when: int, headers: list[tuple[str, str]], status: int = 200) -> None:
+        self.when, self.headers, self.status = when, headers, status
+        self.times: list[float] = []
+
+    def __call__(self, request: Any) -> Reply:
+        self.times.append(trio.current_time())
+        reply = openai_embeddings(request)
+        if len(self.times) != self.when:
+            return reply
+        if self.status != 200:
+            error = {"error": {"message": "slow down", "type": "rate_limit_exceeded"}}
+            reply = json_reply(json.dumps(error).encode(), self.status)
+        return attrs.evolve(reply, headers=[*reply.headers, *self.headers])
+
+
+async def test_embed_rate_limiter_steered_by_a_2xx_answers_headers(
+    autojump_clock: MockClock,
+) -> None:
+    """A 2xx embedding answer whose headers say no request remains until a reset in 2 s
+    pauses the client's limiter as a turn's answer does: the next call sharing it
+    reaches the server only after the reset."""
+    limiter = RateLimiter(clock=trio.current_time)
+    used_up = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "2s")]
+    server_replies = Headed(1, used_up)
+    async with open_replay_server(server_replies) as server:
+        async with openai(server.url, rate_limiter=limiter) as c:
+            await c.embed(["a"], model="text-embedding-3-small")
+            await c.embed(["b"], model="text-embedding-3-small")
+    first, second = server_replies.times
+    assert second - first >= 2.0, (
+        f"the second embed call reached the server {second - first:.2f} s after an answer "
+        "that said no request remains for 2 s"
+    )
+
+
+async def test_embed_429_retry_after_holds_the_resend_and_the_limiter(
+    autojump_clock: MockClock,
+) -> None:
+    """A 429 with ``Retry-After: 3`` on an embedding request: the resend waits the 3 s
+    (not the policy's 0.5 s backoff), and the limiter is paused for them, so a call
+    sharing it started meanwhile waits too."""
+    limiter = RateLimiter(clock=trio.current_time)
+    server_replies = Headed(1, [("retry-after", "3")], status=429)
+    policy = RetryPolicy(initial_delay=0.5, jitter=0)
+    async with open_replay_server(server_replies) as server:
+        async with openai(server.url, rate_limiter=limiter, retry=policy) as c:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(c.embed, ["a"], model="text-embedding-3-small"))
+                await trio.sleep(1.0)
+                nursery.start_soon(partial(c.embed, ["b"], model="text-embedding-3-small"))
+    refused, *later = server_replies.times
+    assert len(later) == 2
+    assert all(t - refused >= 3.0 for t in later), (
+        f"requests reached the server {[round(t - refused, 2) for t in later]} s after a "
+        "429 that said Retry-After: 3"
+    )

@@ -4,14 +4,14 @@ concurrently, answers checked and put back in input order."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
 from cuca._checks import kind
-from cuca.admission import SETTLE_TIMEOUT, Ticket, TurnGate
+from cuca.admission import Admission, TurnGate
 from cuca.errors import ConfigurationError, HttpStatusError, RateLimitError
 from cuca.plugins import TurnOutcome
 from cuca.retry import RetryPolicy
@@ -24,7 +24,6 @@ from cuca.vectors import (
     EmbeddingPart,
     EmbeddingRoute,
     Pooling,
-    Send,
     Vector,
     checked_part,
 )
@@ -33,9 +32,10 @@ from .cache import EmbeddingCache
 from .result import Embeddings
 
 if TYPE_CHECKING:
+    from cuca.backends import Heads
     from cuca.cache import ResponseCache
 
-__all__ = ["DEFAULT_CONCURRENCY", "EmbeddingTarget", "embed"]
+__all__ = ["DEFAULT_CONCURRENCY", "EmbeddingTarget", "SendTold", "embed"]
 
 DEFAULT_CONCURRENCY = 4
 """Requests of one ``embed`` call in flight at once (the client's rate limiter may
@@ -44,16 +44,25 @@ allow fewer)."""
 CHARS_PER_TOKEN = 4
 
 
+class SendTold(Protocol):
+    """The client's way of sending one wire request and reading its 2xx JSON answer,
+    telling ``heads`` the answer's head (status, headers, what they say of the server's
+    rate limits) whatever its status: the HTTP backend's ``request_json``."""
+
+    def __call__(self, wire: Any, heads: Heads | None = None) -> Awaitable[Any]: ...
+
+
 @attrs.frozen
 class EmbeddingTarget:
     """Where an ``embed`` call goes, as the client knows it: its ``provider``, the
     backend's ``route``, the client's ``send`` (its connection pool and the adapter's
-    errors; unused by the local engine), its gates, its response cache, the
-    ``endpoint`` cache keys name, and its retry policy."""
+    errors, each answer's head told to the request's gates; unused by the local
+    engine), its gates, its response cache, the ``endpoint`` cache keys name, and its
+    retry policy."""
 
     provider: ProviderEndpoint
     route: EmbeddingRoute
-    send: Send
+    send: SendTold
     gates: tuple[TurnGate, ...] = ()
     cache: ResponseCache | None = None
     endpoint: str | None = None
@@ -168,57 +177,74 @@ def _check_options(
 
 
 async def _admitted(target: EmbeddingTarget, call: EmbeddingCall) -> EmbeddingPart:
-    """One request through the client's gates: admitted, sent (resent as the retry
-    policy says), settled however it ends."""
-    stand_in = _stand_in(target.provider, call)
+    """One request through the client's gates, as a turn goes through them
+    (:class:`~cuca.admission.Admission`): admitted, sent (resent as the retry policy
+    says) with every answer's head told to the tickets, settled however it ends."""
     tokens = _estimate(call)
 
     async def count(request: UnifiedRequest) -> int:
         return tokens
 
-    tickets: list[Ticket] = []
-    outcome = TurnOutcome("cancelled")
+    admission = Admission(target.gates, count)
+    await admission.admit(_stand_in(target.provider, call))  # a refusal settles itself
+    end = TurnOutcome("cancelled")
     try:
-        for gate in target.gates:
-            tickets.append(await gate.admit(stand_in, count))
-        part = await _sent(target, call, tickets)
-        usage = None if part.prompt_tokens is None else TokenUsage(part.prompt_tokens, 0)
-        if usage is not None:  # no count (Gemini): the gates keep what they reserved
-            response = UnifiedResponse(target.provider, part.model or call.model, usage)
-            outcome = TurnOutcome("ok", response)
-        return part
+        part = await _sent(target, call, admission)
+        if part.prompt_tokens is not None:  # no count (Gemini): the gates keep their estimate
+            usage = TokenUsage(part.prompt_tokens, 0)
+            end = TurnOutcome(
+                "ok", UnifiedResponse(target.provider, part.model or call.model, usage)
+            )
     except Exception as exc:
-        outcome = TurnOutcome("error", error=exc)
+        end = TurnOutcome("error", error=exc)
         raise
     finally:
-        with trio.move_on_after(SETTLE_TIMEOUT) as scope:
-            scope.shield = True
-            for ticket in tickets:
-                await ticket.settle(outcome)
+        await admission.settle(end)
+    if admission.failure is not None:  # a gate that could not settle (its store failed)
+        raise admission.failure
+    return part
+
+
+class _Attempt:
+    """One attempt's :class:`~cuca.backends.Heads`: its answer's head goes to every
+    ticket (``told`` remembers that it went, so a route's error is not told twice)."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.told = False
+
+    async def head(self, head: AttemptHead) -> None:
+        self.told = True
+        await self.admission.head(head)
+
+    async def resending(self) -> None:
+        await self.admission.resending()
 
 
 async def _sent(
-    target: EmbeddingTarget, call: EmbeddingCall, tickets: Sequence[Ticket]
+    target: EmbeddingTarget, call: EmbeddingCall, admission: Admission
 ) -> EmbeddingPart:
-    retry, attempt = target.retry, 0
+    retry, number = target.retry, 0
     while True:
+        attempt = _Attempt(admission)
+
+        async def send(wire: Any, attempt: _Attempt = attempt) -> Any:
+            return await target.send(wire, attempt)
+
         try:
-            part = await target.route.embed(call, target.send)
+            part = await target.route.embed(call, send)
         except HttpStatusError as exc:
-            for ticket in tickets:
-                await ticket.on_head(AttemptHead(exc.status, ()))
+            if not attempt.told:  # a route that failed without an answer's head
+                await admission.head(AttemptHead(exc.status, ()))
             hint = exc.retry_after if isinstance(exc, RateLimitError) else None
             delay = None
-            if attempt < retry.max_retries and retry.retries_status(exc.status):
-                delay = retry.delay(attempt, None if hint is None else str(hint))
+            if number < retry.max_retries and retry.retries_status(exc.status):
+                delay = retry.delay(number, None if hint is None else str(hint))
             if delay is None:
                 raise
             await trio.sleep(delay)
-            for ticket in tickets:
-                on_resend = getattr(ticket, "on_resend", None)
-                if on_resend is not None:
-                    await on_resend()
-            attempt += 1
+            await admission.resending()
+            number += 1
             continue
         return checked_part(part, call, target.route.provider)
 
