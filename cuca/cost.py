@@ -33,10 +33,10 @@ __all__ = [
 ]
 
 
-def batch_rate(provider: ProviderEndpoint) -> float:
+def batch_rate(provider: ProviderEndpoint) -> Decimal:
     """The fraction of the list price ``provider`` bills a batch's requests at (1 for a
-    provider without batches)."""
-    return float(BATCH_RATES.get(provider.kind, Decimal(1)))
+    provider without batches), exact: money is never a float."""
+    return BATCH_RATES.get(provider.kind, Decimal(1))
 
 
 def turn_cost(

@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from support.batch_servers import (
@@ -257,6 +258,28 @@ async def test_batch_budget_reserves_at_submit_and_charges_at_results(
     spent = (await budget.spent())["usd"]
     assert results.cost is not None and spent == results.cost  # exact, Decimal to Decimal
     assert (await budget.store.get(budget.key))["held"] == {}
+
+
+async def test_batch_budget_reserves_at_the_exact_batch_rate(autojump_clock: Any) -> None:
+    """The reservation a submit holds is each request's projection at the vendor's batch
+    rate in Decimal, to the last digit (issue 35 §4: money is never a float), for a
+    rate of any digits."""
+    from cuca.cost import batch_rate
+
+    rate = batch_rate(ProviderEndpoint.OPENAI)
+    assert type(rate) is Decimal and rate == Decimal("0.5")
+    budget = Budget(usd=1.0)
+    async with vendor("openai", plugins=[budget]) as (_, client, model):
+        requests = [ask(model, "x"), ask(model, "y" * 40)]
+        await client.batch(requests, polling=QUICK)
+        requests = [attrs.evolve(r, provider=ProviderEndpoint.OPENAI) for r in requests]
+        (held,) = (await budget.store.get(budget.key))["held"].values()
+        odd = await budget.reserve_batch(requests, Decimal("0.1"), 60.0)
+    projected = [budget.project(request).usd for request in requests]
+    assert all(usd is not None for usd in projected)
+    listed = sum((usd for usd in projected if usd is not None), Decimal(0))
+    assert Decimal(held["usd"]) == listed * rate
+    assert Decimal(odd["amounts"]["usd"]) == listed * Decimal("0.1")  # no float's 0.1000...05
 
 
 async def test_batch_budget_refuses_before_anything_is_sent(autojump_clock: Any) -> None:

@@ -90,7 +90,7 @@ class BatchGate(Protocol):
     key: str
 
     async def reserve_batch(
-        self, requests: Sequence[UnifiedRequest], rate: float, ttl: float
+        self, requests: Sequence[UnifiedRequest], rate: Decimal, ttl: float
     ) -> dict[str, Any]: ...
 
     async def settle_batch(

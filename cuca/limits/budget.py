@@ -173,7 +173,7 @@ class Budget(CucaPlugin):
         return _Reservation(self, key, ttl, ident, amounts)
 
     async def reserve_batch(
-        self, requests: Sequence[UnifiedRequest], rate: float, ttl: float
+        self, requests: Sequence[UnifiedRequest], rate: Decimal, ttl: float
     ) -> dict[str, Any]:
         """Reserve what a batch job's ``requests`` may cost at most, in one reservation:
         each request's projection (its prompt estimated from its text: counting ten
@@ -183,7 +183,6 @@ class Budget(CucaPlugin):
         JSON: the job keeps it in its record, and :meth:`settle_batch` (in this process
         or another sharing the store) charges it when the results are read."""
         amounts = {"usd": Decimal(0), "tokens": Decimal(0)}
-        exact_rate = _decimal(rate)
         for request in requests:
             projection = self.project(request)
             if self.usd is not None and projection.usd is None and self.on_unpriced == "refuse":
@@ -196,7 +195,7 @@ class Budget(CucaPlugin):
                     f"no price is known for {request.model!r} on {request.provider.kind} "
                     '(on_unpriced="refuse"; pass on_unpriced="allow" to count it at $0)',
                 )
-            amounts["usd"] += (projection.usd or Decimal(0)) * exact_rate
+            amounts["usd"] += (projection.usd or Decimal(0)) * rate
             amounts["tokens"] += projection.tokens
         limits = self._limits()
         amounts = {unit: amounts[unit] for unit in limits}

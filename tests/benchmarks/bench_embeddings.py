@@ -15,15 +15,18 @@ part). Never part of pass/fail.
 2. ``--local``: 1,000 short texts (``--texts``; about 10 tokens each) on SmolLM2-135M
    with mean pooling, cuca's ``client.embed`` against llama-cpp-python's
    ``Llama.embed``, both loaded in this process with the same threads (``--threads``,
-   the machine's cores by default) and the same steps of 512 tokens. After a warm-up of
-   one step each, ``--rounds`` rounds (3) of one full call per side, alternated; the
-   medians of wall time (the work is in llama.cpp's threads) and of the process's CPU
-   time. What it costs: the texts are ~10,000 tokens in 20 steps, ~2.7 TFLOP of
-   SmolLM2's Q4_1 matrix products (``ggml_vec_dot_q4_1_q8_1`` is two thirds of the
-   profile), about 6.5 s of one core per step on the project's machine: a round is
-   a minute or two of 2 cores, the whole part a few minutes on a quiet machine. On a
-   loaded one, ``--threads 1``: llama.cpp's threads spin at each operation's barrier,
-   so two threads sharing busy cores double the CPU time and halve the speed.
+   the machine's cores by default) and steps of 512 tokens. Every text is embedded
+   once per side, in calls of one step each (packed as ``Llama.embed`` packs its
+   steps, so together they are the steps of one call of every text), the sides
+   alternating call by call after a warm-up of one step each; the figures are the
+   totals, the medians of the calls (wall time: the work is in llama.cpp's threads;
+   and the process's CPU time) and the median of the calls' ratios. What it costs:
+   the texts are ~10,000 tokens in 20 steps, ~2.7 TFLOP of SmolLM2's Q4_1 matrix
+   products (``ggml_vec_dot_q4_1_q8_1`` is two thirds of the profile), about 6.5 s of
+   one core per step on the project's machine: the part is ~260 s of CPU, two to three
+   minutes of a quiet 2-core machine. On a loaded one, ``--threads 1``: llama.cpp's
+   threads spin at each operation's barrier, so two threads on busy cores double the
+   CPU time and halve the speed.
 """
 
 from __future__ import annotations
@@ -86,8 +89,10 @@ def openai_answer(count: int, dimensions: int, encoding: str) -> bytes:
     for index in range(count):
         values = [rng.uniform(-0.1, 0.1) for _ in range(dimensions)]
         raw = struct.pack(f"<{dimensions}f", *values)
-        vector: Any = base64.b64encode(raw).decode() if encoding == "base64" else list(
-            struct.unpack(f"<{dimensions}f", raw)
+        vector: Any = (
+            base64.b64encode(raw).decode()
+            if encoding == "base64"
+            else list(struct.unpack(f"<{dimensions}f", raw))
         )
         data.append({"object": "embedding", "index": index, "embedding": vector})
     body = {
@@ -181,9 +186,7 @@ def http_part() -> None:
     encoded = [
         base64.b64encode(struct.pack(f"<{DIMENSIONS}f", *([0.25] * DIMENSIONS))).decode()
     ] * INPUTS
-    with_numpy = best(
-        lambda: [np.frombuffer(base64.b64decode(e), dtype="<f4") for e in encoded]
-    )
+    with_numpy = best(lambda: [np.frombuffer(base64.b64decode(e), dtype="<f4") for e in encoded])
     with_array = best(lambda: [array("f", base64.b64decode(e)) for e in encoded])
     print(f"reading {INPUTS} base64 vectors of {DIMENSIONS} floats (best of {REPEATS}):")
     print(f"  numpy.frombuffer               {with_numpy * 1e3:8.3f} ms")
@@ -194,14 +197,30 @@ def http_part() -> None:
 # -- 2. the local engine ---------------------------------------------------------------------
 
 TEXTS = 1000
-ROUNDS = 3
+STEP = 512  # tokens per step: Llama's n_batch, the engine's embedding_batch
 
 
-def local_part(texts_count: int, rounds: int, threads_count: int) -> None:
-    """Both sides loaded once in this process, warmed on one step's texts, then
-    ``rounds`` rounds of one full call each, alternated (the side that goes first
-    alternates too, so a change in the machine's load falls on both); the medians,
-    and whether the last round's vectors agree bit for bit."""
+def one_step_each(texts: list[str], counts: list[int], n_seq_max: int) -> list[list[str]]:
+    """``texts`` in calls of one step each: packed as ``Llama.embed`` packs its steps,
+    so the calls together evaluate the same steps as one call of every text."""
+    calls: list[list[str]] = [[]]
+    rows = 0
+    for text, count in zip(texts, counts, strict=True):
+        if calls[-1] and (rows + count > STEP or len(calls[-1]) >= n_seq_max):
+            calls.append([])
+            rows = 0
+        calls[-1].append(text)
+        rows += count
+    return calls
+
+
+def local_part(texts_count: int, threads_count: int) -> None:
+    """Both sides loaded once in this process with the same threads; every text is
+    embedded once per side, in calls of one step each, the two sides alternating call
+    by call (and which goes first alternating too), so a change in the machine's load
+    falls on both. The figures: the totals (the whole of the texts), the medians of
+    the calls, the median of each call's ratio, and whether every vector agrees bit
+    for bit."""
     import statistics
 
     import llama_cpp
@@ -217,19 +236,26 @@ def local_part(texts_count: int, rounds: int, threads_count: int) -> None:
         str(path),
         embedding=True,
         pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
-        n_ctx=512,
-        n_batch=512,
+        n_ctx=STEP,
+        n_batch=STEP,
         verbose=False,
         **threads,
     )
-    tokens = sum(len(llama.tokenize(text.encode())) for text in texts)
-    warm = texts[:40]  # one step of 512 tokens: both contexts made and the weights paged in
+    counts = [len(llama.tokenize(text.encode())) for text in texts]
+    calls = one_step_each(texts, counts, llama.context_params.n_seq_max)
+    names = ("llama-cpp-python", "cuca")
+    walls: dict[str, list[float]] = {name: [] for name in names}
+    cpus: dict[str, list[float]] = {name: [] for name in names}
+    same = True
+    shown = (
+        f"{texts_count} short texts ({sum(counts)} tokens, {len(calls)} steps), "
+        f"SmolLM2-135M, mean pooling, {threads_count} thread(s)"
+    )
+    print(f"{shown}; load average {os.getloadavg()[0]:.2f} at the start", flush=True)
 
-    async def ours() -> tuple[list[float], list[float], Any, Any]:
-        walls: dict[str, list[float]] = {"theirs": [], "ours": []}
-        cpus: dict[str, list[float]] = {"theirs": [], "ours": []}
-        last: dict[str, Any] = {}
-        with LocalModel.load(path, **threads) as model:
+    async def run() -> None:
+        nonlocal same
+        with LocalModel.load(path, embedding_batch=STEP, **threads) as model:
             async with CucaClient(ProviderEndpoint.LOCAL, local_model=model) as client:
 
                 async def cuca_embed(batch: list[str]) -> Any:
@@ -238,39 +264,53 @@ def local_part(texts_count: int, rounds: int, threads_count: int) -> None:
                 async def llama_embed(batch: list[str]) -> Any:
                     return llama.embed(batch)
 
-                sides = {"theirs": llama_embed, "ours": cuca_embed}
-                for side in sides.values():
-                    await side(warm)
-                for number in range(rounds):
-                    order = ["theirs", "ours"] if number % 2 == 0 else ["ours", "theirs"]
+                sides = {"llama-cpp-python": llama_embed, "cuca": cuca_embed}
+                for side in sides.values():  # the contexts made, the weights paged in
+                    await side(calls[0])
+                for number, batch in enumerate(calls):
+                    order = names if number % 2 == 0 else names[::-1]
+                    vectors = {}
                     for name in order:
                         wall, cpu = time.perf_counter(), time.process_time()
-                        last[name] = await sides[name](texts)
+                        vectors[name] = await sides[name](batch)
                         walls[name].append(time.perf_counter() - wall)
                         cpus[name].append(time.process_time() - cpu)
-                        print(f"  round {number + 1} {name:6} {walls[name][-1]:8.2f} s", flush=True)
-        return (
-            [statistics.median(walls[n]) for n in ("theirs", "ours")],
-            [statistics.median(cpus[n]) for n in ("theirs", "ours")],
-            last["theirs"],
-            last["ours"],
-        )
+                    ours = [list(vector) for vector in vectors["cuca"]]  # outside the timing
+                    same = same and ours == vectors["llama-cpp-python"]
+                    theirs, mine = walls["llama-cpp-python"][-1], walls["cuca"][-1]
+                    print(
+                        f"  step {number + 1:3}/{len(calls)}: {len(batch)} texts, "
+                        f"llama-cpp-python {theirs:7.2f} s, cuca {mine:7.2f} s, "
+                        f"ratio {mine / theirs:6.3f}",
+                        flush=True,
+                    )
 
-    shown = (
-        f"{texts_count} short texts ({tokens} tokens), SmolLM2-135M, mean pooling, "
-        f"{threads_count} thread(s), {rounds} alternated rounds"
-    )
-    print(f"{shown}; load average {os.getloadavg()[0]:.2f} at the start", flush=True)
     try:
-        (theirs, mine), (their_cpu, my_cpu), reference, result = trio.run(ours)
+        trio.run(run)
     finally:
         llama.close()
-    same = [list(v) for v in result] == reference
-    print(f"{shown} (medians; load average {os.getloadavg()[0]:.2f} at the end):")
-    print(f"  llama-cpp-python Llama.embed   {theirs:8.2f} s wall  {their_cpu:8.2f} s CPU")
-    print(f"  cuca client.embed (local)      {mine:8.2f} s wall  {my_cpu:8.2f} s CPU")
-    ratios = f"{mine / theirs:8.3f}x wall {my_cpu / their_cpu:6.3f}x CPU"
-    print(f"  ratio cuca / llama-cpp-python  {ratios}")
+    total = {name: sum(walls[name]) for name in names}
+    wall_median = {name: statistics.median(walls[name]) for name in names}
+    cpu_median = {name: statistics.median(cpus[name]) for name in names}
+    pairs = zip(walls["cuca"], walls["llama-cpp-python"], strict=True)
+    paired = statistics.median(mine / theirs for mine, theirs in pairs)
+    print(f"{shown} (load average {os.getloadavg()[0]:.2f} at the end):")
+    print("                                  all texts   median call   median call CPU")
+    for label, name in (
+        ("llama-cpp-python Llama.embed", names[0]),
+        ("cuca client.embed", names[1]),
+    ):
+        print(
+            f"  {label:30} {total[name]:8.2f} s  {wall_median[name]:10.3f} s  "
+            f"{cpu_median[name]:12.3f} s"
+        )
+    ratio = wall_median["cuca"] / wall_median["llama-cpp-python"]
+    cpu_ratio = cpu_median["cuca"] / cpu_median["llama-cpp-python"]
+    print(
+        f"  ratio cuca / llama-cpp-python  {total['cuca'] / total[names[0]]:8.3f}x  "
+        f"{ratio:10.3f}x  {cpu_ratio:12.3f}x"
+    )
+    print(f"  median of the calls' ratios    {paired:8.3f}x")
     print(f"  vectors equal bit for bit      {same}")
 
 
@@ -279,7 +319,6 @@ def main() -> None:
     parser.add_argument("--http", action="store_true", help="only the OpenAI wire part")
     parser.add_argument("--local", action="store_true", help="only the local engine part")
     parser.add_argument("--texts", type=int, default=TEXTS, help="texts of the local part")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternated rounds (local)")
     parser.add_argument(
         "--threads", type=int, default=THREADS, help="llama.cpp threads, both sides (local)"
     )
@@ -288,7 +327,7 @@ def main() -> None:
     if args.http or both:
         http_part()
     if args.local or both:
-        local_part(args.texts, args.rounds, args.threads)
+        local_part(args.texts, args.threads)
 
 
 if __name__ == "__main__":
