@@ -139,6 +139,14 @@ async def test_embed_answer_with_fewer_vectors_than_inputs_is_an_embedding_error
         await embed(target(route), TEXTS[:3], model="m")
 
 
+async def test_embed_answer_with_more_vectors_than_inputs_is_an_embedding_error() -> None:
+    """A server that answers 3 texts with 4 vectors: which vector is whose cannot be
+    known, so the call fails rather than guess."""
+    route = ScriptedRoute(answer=lambda call: EmbeddingPart((vector_of("x"),) * 4, 1))
+    with pytest.raises(EmbeddingError, match="the server sent 4 vectors for 3 inputs"):
+        await embed(target(route), TEXTS[:3], model="m")
+
+
 async def test_embed_answer_with_vectors_of_two_sizes_is_an_embedding_error() -> None:
     def answer(call: EmbeddingCall) -> EmbeddingPart:
         sizes = [4, 5, 4][: len(call.texts)]
