@@ -11,7 +11,8 @@ async with CucaClient(provider=ProviderEndpoint.OPENAI, api_key=key) as client:
 other name is imported the first time it is used: the local engine with jinja2
 (``cuca.LocalModel``), the provider adapters (``cuca.AnthropicConfig``), and what a
 first turn does not need (the tool loop, fallback and pools, observers, the JSON
-converter, retry policies). Type checkers and ``dir(cuca)`` see every name either way.
+converter, retry policies, the vendor-shaped bodies of ``cuca.from_openai`` and its
+kin). Type checkers and ``dir(cuca)`` see every name either way.
 To export a name lazily, add it to ``_LAZY`` and to the ``TYPE_CHECKING`` block (a test
 checks that the two agree).
 """
@@ -116,8 +117,12 @@ if _typing.TYPE_CHECKING:
     from .plugins import TurnObserver as TurnObserver
     from .plugins import TurnOutcome as TurnOutcome
     from .providers.anthropic.encode import AnthropicConfig as AnthropicConfig
+    from .providers.anthropic.sdk import from_anthropic as from_anthropic
+    from .providers.anthropic.sdk import to_anthropic as to_anthropic
     from .providers.chat.config import OpenAiApi as OpenAiApi
     from .providers.chat.config import OpenAiConfig as OpenAiConfig
+    from .providers.chat.sdk import from_openai as from_openai
+    from .providers.chat.sdk import to_openai as to_openai
     from .providers.llamacpp.encode import LlamaCppConfig as LlamaCppConfig
     from .providers.llamacpp.encode import LlamaRoute as LlamaRoute
     from .providers.registry import register_adapter as register_adapter
@@ -175,6 +180,10 @@ _LAZY: dict[str, str] = {
     "LocalModel": "cuca.engine",
     "SamplingConfig": "cuca.engine",
     "AnthropicConfig": "cuca.providers.anthropic.encode",
+    "from_anthropic": "cuca.providers.anthropic.sdk",
+    "to_anthropic": "cuca.providers.anthropic.sdk",
+    "from_openai": "cuca.providers.chat.sdk",
+    "to_openai": "cuca.providers.chat.sdk",
     "LlamaCppConfig": "cuca.providers.llamacpp.encode",
     "LlamaRoute": "cuca.providers.llamacpp.encode",
     "OpenAiApi": "cuca.providers.chat.config",

@@ -15,6 +15,7 @@ thinking block's signature is sealed on the way out and opened on the way in
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
@@ -222,13 +223,31 @@ _MISSING: Any = object()
 class Body:
     """One JSON object of a request body, read field by field; each wrong value is a
     :class:`~cuca.errors.ConfigurationError` naming where it is (``messages[2].content``),
-    which the server answers with the wire's 400."""
+    which the server answers with the wire's 400.
 
-    def __init__(self, value: Any, where: str = "body") -> None:
+    Every key a reader looks at is noted. A ``strict`` body (what
+    ``cuca.from_openai`` and ``cuca.from_anthropic`` read) is finished with
+    :meth:`finish`, which refuses the first key of it, or of any object read inside it,
+    that no reader looked at: a field cuca has no place for would be lost. A lenient
+    body (the server's) ignores such keys, as OpenAI-compatible servers do.
+    """
+
+    def __init__(
+        self,
+        value: Any,
+        where: str = "body",
+        *,
+        strict: bool = False,
+        _all: list[Body] | None = None,
+    ) -> None:
         if not isinstance(value, dict):
             raise ConfigurationError(f"{where} must be a JSON object, not {kind(value)}")
         self.value: dict[str, Any] = value
         self.where = where
+        self.strict = strict
+        self.read: set[str] = set()
+        self._all = _all if _all is not None else []
+        self._all.append(self)
 
     def at(self, key: str) -> str:
         return key if self.where == "body" else f"{self.where}.{key}"
@@ -236,6 +255,7 @@ class Body:
     def get(self, key: str, *types: type, required: bool = False, what: str = "") -> Any:
         """The value at ``key`` if it is one of ``types`` (``None`` when absent or null,
         unless ``required``)."""
+        self.read.add(key)
         value = self.value.get(key, _MISSING)
         if value is _MISSING or value is None:
             if required:
@@ -266,12 +286,41 @@ class Body:
 
     def object(self, key: str, *, required: bool = False) -> Body | None:
         value = self.get(key, dict, required=required)
-        return None if value is None else Body(value, self.at(key))
+        return None if value is None else self._child(value, self.at(key))
 
     def objects(self, key: str, *, required: bool = False) -> list[Body]:
         """The list at ``key`` (``[]`` when absent), each element an object."""
         value = self.get(key, list, required=required) or []
-        return [Body(v, f"{self.at(key)}[{i}]") for i, v in enumerate(value)]
+        return [self._child(v, f"{self.at(key)}[{i}]") for i, v in enumerate(value)]
+
+    def _child(self, value: Any, where: str) -> Body:
+        return Body(value, where, strict=self.strict, _all=self._all)
+
+    def default(self, key: str, value: Any, why: str) -> None:
+        """Accept ``key`` only at ``value`` (or absent, or null): the value that asks
+        cuca for nothing it does not already do. Another value is refused on a strict
+        body (``why`` says what cuca does instead) and ignored on a lenient one."""
+        self.read.add(key)
+        given = self.value.get(key)
+        if self.strict and given is not None and given != value:
+            raise ConfigurationError(
+                f"{self.at(key)} is {given!r}, and cuca carries only {value!r} ({why})"
+            )
+
+    def finish(self, hints: Mapping[str, str] | None = None) -> None:
+        """On a strict body, refuse the first key no reader looked at, here or in any
+        object read inside (``hints``: what to say about a key, by name)."""
+        if not self.strict:
+            return
+        for body in self._all:
+            for key, value in body.value.items():
+                if key not in body.read and value is not None:
+                    hint = (hints or {}).get(key)
+                    why = f" ({hint})" if hint else ""
+                    raise ConfigurationError(
+                        f"{body.at(key)} has no place in a cuca request{why}: it would be "
+                        "lost, so it is refused; remove it"
+                    )
 
 
 _TYPE_NAMES = {

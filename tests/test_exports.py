@@ -178,11 +178,15 @@ CUCA = {
     "UnifiedRequest",
     "UnifiedResponse",
     "converter",
+    "from_anthropic",
     "from_json",
+    "from_openai",
     "merge_blocks",
     "register_adapter",
     "structure",
+    "to_anthropic",
     "to_json",
+    "to_openai",
     "unstructure",
 }
 

@@ -58,6 +58,7 @@ __all__ = [
     "AnthropicAdapter",
     "AnthropicConfig",
     "deepseek_bridge_model",
+    "encode_body",
     "make_anthropic",
     "make_deepseek_bridge",
 ]
@@ -217,36 +218,7 @@ class AnthropicAdapter(ProviderAdapter):
         keyed = "x-api-key" in self.headers or "authorization" in self.headers
         if self.key_required and not keyed:
             raise ConfigurationError(self.dialect.missing_key)
-        bridge = self.dialect.bridge
-        max_tokens = _max_tokens(request)
-        body: dict[str, Any] = {
-            "model": deepseek_bridge_model(request.model) if bridge else request.model,
-            "max_tokens": max_tokens,
-        }
-        cache = None if bridge else request.prompt_cache
-        system = _system(request.messages, cache)
-        if system is not None:
-            body["system"] = system
-        body["messages"] = _MessageEncoder(self.dialect, cache).encode(request.messages)
-        if request.tools:
-            body["tools"] = _tools(request, cache)
-        if request.temperature is not None:
-            if request.temperature > MAX_TEMPERATURE:
-                raise ConfigurationError(
-                    f"temperature {request.temperature} is above {MAX_TEMPERATURE:g}, "
-                    "the most the Messages API takes"
-                )
-            body["temperature"] = request.temperature
-        if bridge:
-            refuse(self.dialect.name, request.output_schema)
-            body.update(_bridge_thinking(request.thinking))
-        else:
-            body.update(_thinking(request.thinking, max_tokens, adaptive=self.adaptive))
-        if request.output_schema is not None:
-            output = body.setdefault("output_config", {})
-            output["format"] = anthropic_format(request.output_schema)
-        body.update(_controls(request, self.dialect))
-        body["stream"] = request.stream
+        body = encode_body(self.dialect, request, adaptive=self.adaptive)
         return HttpRequest(self.url, self.headers, body)
 
     def new_decoder(self, request: UnifiedRequest) -> StreamDecoder:
@@ -281,6 +253,42 @@ class AnthropicAdapter(ProviderAdapter):
         if not isinstance(tokens, int):
             raise ProviderError(self.dialect.name, f"count_tokens answered {answer!r:.200}")
         return TokenCount(tokens, exact=True, method="anthropic count_tokens")
+
+
+def encode_body(dialect: _Dialect, request: UnifiedRequest, *, adaptive: bool) -> dict[str, Any]:
+    """The JSON body of one Messages request (``adaptive``: a unified effort is sent as
+    adaptive thinking, :class:`AnthropicConfig`'s ``adaptive_thinking``)."""
+    bridge = dialect.bridge
+    max_tokens = _max_tokens(request)
+    body: dict[str, Any] = {
+        "model": deepseek_bridge_model(request.model) if bridge else request.model,
+        "max_tokens": max_tokens,
+    }
+    cache = None if bridge else request.prompt_cache
+    system = _system(request.messages, cache)
+    if system is not None:
+        body["system"] = system
+    body["messages"] = _MessageEncoder(dialect, cache).encode(request.messages)
+    if request.tools:
+        body["tools"] = _tools(request, cache)
+    if request.temperature is not None:
+        if request.temperature > MAX_TEMPERATURE:
+            raise ConfigurationError(
+                f"temperature {request.temperature} is above {MAX_TEMPERATURE:g}, "
+                "the most the Messages API takes"
+            )
+        body["temperature"] = request.temperature
+    if bridge:
+        refuse(dialect.name, request.output_schema)
+        body.update(_bridge_thinking(request.thinking))
+    else:
+        body.update(_thinking(request.thinking, max_tokens, adaptive=adaptive))
+    if request.output_schema is not None:
+        output = body.setdefault("output_config", {})
+        output["format"] = anthropic_format(request.output_schema)
+    body.update(_controls(request, dialect))
+    body["stream"] = request.stream
+    return body
 
 
 _COUNTED_FIELDS = frozenset(

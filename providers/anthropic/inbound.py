@@ -21,6 +21,10 @@ a ``system`` role inside ``messages``      a System message where it stands (Cla
 ``tools`` (client tools)                   ``tools``
 ``stop_sequences``, ``top_p``              ``stop``, ``top_p``
 ``tool_choice`` (``any``: REQUIRED)        ``tool_choice``
+``output_config.format`` (``json_schema``)  ``output_schema`` (named ``output``)
+``cache_control`` on the last block of a   ``prompt_cache`` (``system``, ``tools``,
+message, of ``system``, or on the last     the message's index)
+tool
 =========================================  =========================================
 
 A budget maps as cuca's own request does: the native ``budget_tokens`` rides in
@@ -32,12 +36,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from cuca.errors import ConfigurationError
 from cuca.types import (
     AnthropicThinkingParams,
     Block,
     ImageBase64,
     MessageRole,
+    OutputSchema,
+    PromptCache,
     ProviderEndpoint,
     Text,
     ThinkingConfig,
@@ -84,38 +92,91 @@ def decode_request(body: Any, signatures: Signatures = ANTHROPIC_SIGNATURES) -> 
 
 
 def decode(
-    body: Any, signatures: Signatures = ANTHROPIC_SIGNATURES, *, counting: bool = False
+    body: Any,
+    signatures: Signatures = ANTHROPIC_SIGNATURES,
+    *,
+    counting: bool = False,
+    strict: bool = False,
 ) -> Inbound:
     """The request a Messages body stands for (``counting``: a ``count_tokens`` body,
     which has no ``max_tokens``). Raises :class:`~cuca.errors.ConfigurationError`
-    naming the first field that is missing or of the wrong type."""
-    top = Body(body)
+    naming the first field that is missing or of the wrong type; ``strict``, also the
+    first field cuca has no place for (:meth:`.serving.Body.finish`), which the server
+    ignores."""
+    top = Body(body, strict=strict)
     model = top.text("model", required=True) or ""
     max_tokens = top.integer("max_tokens", minimum=1)
     if max_tokens is None and not counting:
         raise ConfigurationError("max_tokens is required")
     messages: list[UnifiedMessage] = []
     system = _system_text(top)
-    if system:
-        messages.append(UnifiedMessage(MessageRole.SYSTEM, (Text(system),)))
+    if system.text:
+        messages.append(UnifiedMessage(MessageRole.SYSTEM, (Text(system.text),)))
     turns = top.objects("messages", required=True)
     if not turns:
         raise ConfigurationError("messages must hold at least one message")
+    marked: list[int] = []
     for turn in turns:
-        messages.extend(_turn(turn, signatures))
+        for message, cached in _turn(turn, signatures):
+            if cached:
+                marked.append(len(messages))
+            messages.append(message)
+    tools = top.objects("tools")
+    output = top.object("output_config")
     request = UnifiedRequest(
         model=model,
         messages=tuple(messages),
         temperature=top.number("temperature"),
         max_tokens=max_tokens,
         stream=bool(top.boolean("stream")),
-        thinking=_thinking(top),
-        tools=tuple(_tool(t) for t in top.objects("tools")),
+        thinking=_thinking(top.object("thinking"), output),
+        tools=tuple(_tool(t) for t in tools),
+        prompt_cache=_prompt_cache(system.cached, _last_cached(tools), marked),
+        output_schema=_output_schema(output),
         stop=_stop_sequences(top),
         top_p=top.number("top_p"),
         tool_choice=_tool_choice(top.object("tool_choice")),
     )
+    top.default("service_tier", "auto", "the vendor's capacity")
+    top.finish(_HINTS)
     return Inbound(request)
+
+
+_HINTS = {
+    "top_k": "the local engine's SamplingConfig has top_k; the wires' requests do not",
+    "metadata": "an end user's id is the vendor's own",
+    "container": "a vendor's hosted tool",
+    "mcp_servers": "cuca connects MCP servers itself (cuca.mcp)",
+    "context_management": "cuca compacts with a Compactor",
+    "cache_control": "cuca marks the last block of a message, the system prompt or the last tool",
+    "citations": "cuca's blocks carry no citations",
+    "output_format": "the older spelling of output_config.format",
+    "effort": "cuca sends an effort with adaptive thinking only",
+}
+"""What cuca says about a field it has no place for, by the field's name."""
+
+
+def _prompt_cache(system: bool, tools: bool, messages: list[int]) -> PromptCache | None:
+    if not (system or tools or messages):
+        return None
+    return PromptCache(system=system, tools=tools, messages=tuple(messages))
+
+
+def _cached(block: Body) -> bool:
+    """Whether ``block`` carries a ``cache_control`` breakpoint (read: it is carried)."""
+    control = block.object("cache_control")
+    if control is None:
+        return False
+    if control.text("type") != "ephemeral":
+        raise ConfigurationError(f"{control.at('type')} must be ephemeral")
+    control.default("ttl", "5m", "cuca's breakpoints last five minutes")
+    return True
+
+
+def _last_cached(blocks: list[Body]) -> bool:
+    """Whether the last of ``blocks`` is a breakpoint; any other is left unread (a
+    strict body refuses it: cuca places one only after the last)."""
+    return bool(blocks) and _cached(blocks[-1])
 
 
 def _stop_sequences(top: Body) -> tuple[str, ...]:
@@ -133,6 +194,7 @@ def _tool_choice(choice: Body | None) -> ToolChoice | None:
     if choice is None:
         return None
     kind = choice.text("type", required=True) or ""
+    choice.default("disable_parallel_tool_use", False, "the model may call several tools at once")
     if kind == "tool":
         return ToolChoice.tool(choice.text("name", required=True) or "")
     if kind not in _CHOICES:
@@ -140,11 +202,19 @@ def _tool_choice(choice: Body | None) -> ToolChoice | None:
     return _CHOICES[kind]
 
 
-def _system_text(top: Body) -> str:
+@attrs.frozen
+class _System:
+    text: str
+    cached: bool = False
+
+
+def _system_text(top: Body) -> _System:
+    """The ``system`` prompt, and whether it ends in a cache breakpoint."""
     value = top.get("system", str, list, what="a string or an array of text blocks")
     if value is None or isinstance(value, str):
-        return value or ""
-    return "\n".join(_text_block(b) for b in top.objects("system"))
+        return _System(value or "")
+    blocks = top.objects("system")
+    return _System("\n".join(_text_block(b) for b in blocks), _last_cached(blocks))
 
 
 def _text_block(block: Body) -> str:
@@ -157,7 +227,9 @@ def _text_block(block: Body) -> str:
 # -- messages --------------------------------------------------------------------------
 
 
-def _turn(turn: Body, signatures: Signatures) -> list[UnifiedMessage]:
+def _turn(turn: Body, signatures: Signatures) -> list[tuple[UnifiedMessage, bool]]:
+    """The messages one turn stands for, each with whether its last block is a cache
+    breakpoint."""
     role = turn.text("role", required=True)
     content = turn.get("content", str, list, required=True, what="a string or an array")
     if role == "system":  # Claude Code puts its reminders here
@@ -166,36 +238,42 @@ def _turn(turn: Body, signatures: Signatures) -> list[UnifiedMessage]:
             if isinstance(content, str)
             else "\n".join(_text_block(b) for b in turn.objects("content"))
         )
-        return [UnifiedMessage(MessageRole.SYSTEM, (Text(text),))]
+        return [(UnifiedMessage(MessageRole.SYSTEM, (Text(text),)), False)]
     if role not in ("user", "assistant"):
         raise ConfigurationError(f"{turn.at('role')} must be user or assistant, not {role!r}")
     if isinstance(content, str):
         message_role = MessageRole.USER if role == "user" else MessageRole.ASSISTANT
-        return [UnifiedMessage(message_role, (Text(content),))]
+        return [(UnifiedMessage(message_role, (Text(content),)), False)]
     blocks = turn.objects("content")
     if role == "assistant":
-        assistant = tuple(_assistant_block(b, signatures) for b in blocks)
-        return [UnifiedMessage(MessageRole.ASSISTANT, tuple(b for b in assistant if b))]
+        assistant = [(b, _assistant_block(b, signatures)) for b in blocks]
+        kept = [(wire, block) for wire, block in assistant if block]
+        content_blocks = tuple(block for _, block in kept if block)
+        cached = bool(kept) and _cached(kept[-1][0])
+        return [(UnifiedMessage(MessageRole.ASSISTANT, content_blocks), cached)]
     return _user_turn(blocks)
 
 
-def _user_turn(blocks: list[Body]) -> list[UnifiedMessage]:
+def _user_turn(blocks: list[Body]) -> list[tuple[UnifiedMessage, bool]]:
     """Tool results first, one Tool message each, then the user's own blocks."""
-    out: list[UnifiedMessage] = []
-    rest: list[Block] = []
+    out: list[tuple[UnifiedMessage, bool]] = []
+    rest: list[tuple[Body, Block]] = []
     for block in blocks:
         kind = block.text("type", required=True)
         if kind == "tool_result":
             result = _tool_result(block)
-            out.append(UnifiedMessage(MessageRole.TOOL, (result,), result.tool_call_id))
+            message = UnifiedMessage(MessageRole.TOOL, (result,), result.tool_call_id)
+            out.append((message, _cached(block)))
         elif kind == "text":
-            rest.append(Text(block.text("text", required=True) or ""))
+            rest.append((block, Text(block.text("text", required=True) or "")))
+            block.default("citations", [], "cuca's blocks carry no citations")
         elif kind == "image":
-            rest.append(_image(block))
+            rest.append((block, _image(block)))
         else:
             raise ConfigurationError(f"{block.at('type')} {kind!r} is not a block cuca reads")
     if rest or not out:
-        out.append(UnifiedMessage(MessageRole.USER, tuple(rest)))
+        cached = bool(rest) and _cached(rest[-1][0])
+        out.append((UnifiedMessage(MessageRole.USER, tuple(b for _, b in rest)), cached))
     return out
 
 
@@ -222,6 +300,7 @@ def _assistant_block(block: Body, signatures: Signatures) -> Block | None:
     kind = block.text("type", required=True)
     if kind == "text":
         text = block.text("text", required=True) or ""
+        block.default("citations", [], "cuca's blocks carry no citations")
         return Text(text) if text else None
     if kind == "thinking":
         text = block.text("thinking", required=True) or ""
@@ -238,8 +317,8 @@ def _assistant_block(block: Body, signatures: Signatures) -> Block | None:
 # -- the rest of the request -----------------------------------------------------------
 
 
-def _thinking(top: Body) -> ThinkingConfig | None:
-    spec = top.object("thinking")
+def _thinking(spec: Body | None, output: Body | None) -> ThinkingConfig | None:
+    """``thinking``, with ``output_config.effort`` for adaptive thinking."""
     if spec is None:
         return None
     kind = spec.text("type", required=True)
@@ -253,7 +332,6 @@ def _thinking(top: Body) -> ThinkingConfig | None:
         params = AnthropicThinkingParams(budget_tokens=budget)
         return ThinkingConfig(True, effort_of_budget(budget), params)
     if kind == "adaptive":
-        output = top.object("output_config")
         effort = (output.text("effort") if output is not None else None) or "high"
         level = _EFFORTS.get(effort, ThinkingEffort.HIGH)
         return ThinkingConfig(True, level, AnthropicThinkingParams(effort=effort))
@@ -266,4 +344,16 @@ def _tool(tool: Body) -> ToolDefinition:
         raise ConfigurationError(f"{tool.at('type')} {kind!r}: only client tools are served")
     schema = tool.get("input_schema", dict, required=True)
     description = tool.text("description") or ""
+    tool.default("strict", False, "cuca's tools have no strict switch")
     return ToolDefinition(tool.text("name", required=True) or "", description, schema)
+
+
+def _output_schema(output: Body | None) -> OutputSchema | None:
+    """``output_config.format``: a JSON Schema (the wire names it not)."""
+    spec = output.object("format") if output is not None else None
+    if spec is None:
+        return None
+    if spec.text("type") != "json_schema":
+        raise ConfigurationError(f"{spec.at('type')} must be json_schema")
+    schema = spec.get("schema", dict, required=True)
+    return OutputSchema("output", schema)

@@ -21,14 +21,17 @@ the body                                 the request
 ``stop``, ``seed``, ``top_p``            the same fields
 ``tool_choice``                          ``tool_choice`` (a named function: one tool)
 ``stream_options.include_usage``         the usage chunk (:class:`.serving.Inbound`)
+``n``, ``logprobs``, ``store``...         nothing, at their default value only
+                                         (``n: 1``...); see :func:`_defaults`
 =======================================  ===========================================
 
 Assistant reasoning arrives as text with no signature on this wire: it is read as an
 unsigned Thinking block, which the local engine puts back in its template at its own
-turn (seed 000) and the chat backends echo as ``reasoning_content``. Fields the wire
-has and cuca does not use (``n``, ``logprobs``, ``user``...) are ignored, as OpenAI
-ignores what it does not know; a field of the wrong type is a
-:class:`~cuca.errors.ConfigurationError` naming it (the server's 400).
+turn (seed 000) and the chat backends echo as ``reasoning_content``. A field of the
+wrong type is a :class:`~cuca.errors.ConfigurationError` naming it (the server's 400).
+Fields the wire has and cuca does not carry (``user``, ``logit_bias``, ``n: 2``...)
+are ignored by the server, as OpenAI-compatible servers ignore what they do not use;
+read ``strict`` (``cuca.from_openai``), each is refused naming it.
 """
 
 from __future__ import annotations
@@ -77,18 +80,16 @@ def decode_request(body: Any) -> UnifiedRequest:
     return decode(body).request
 
 
-def decode(body: Any) -> Inbound:
+def decode(body: Any, *, strict: bool = False) -> Inbound:
     """The request a ``/chat/completions`` body stands for, and whether it asks for the
     usage chunk. Raises :class:`~cuca.errors.ConfigurationError` naming the first
-    field that is missing or of the wrong type."""
-    top = Body(body)
+    field that is missing or of the wrong type; ``strict``, also the first field cuca
+    has no place for (:meth:`.serving.Body.finish`), which the server ignores."""
+    top = Body(body, strict=strict)
     model = top.text("model", required=True) or ""
     messages = tuple(_message(m) for m in top.objects("messages", required=True))
     if not messages:
         raise ConfigurationError("messages must hold at least one message")
-    max_tokens = top.integer("max_completion_tokens", minimum=1)
-    if max_tokens is None:
-        max_tokens = top.integer("max_tokens", minimum=1)
     stream = bool(top.boolean("stream"))
     options = top.object("stream_options")
     include_usage = bool(options.boolean("include_usage")) if options is not None else False
@@ -96,7 +97,7 @@ def decode(body: Any) -> Inbound:
         model=model,
         messages=messages,
         temperature=top.number("temperature"),
-        max_tokens=max_tokens,
+        max_tokens=_max_tokens(top),
         stream=stream,
         thinking=_thinking(top),
         tools=tuple(_tool(t) for t in top.objects("tools")),
@@ -106,7 +107,56 @@ def decode(body: Any) -> Inbound:
         top_p=top.number("top_p"),
         tool_choice=tool_choice(top),
     )
+    _defaults(top)
+    top.finish(_HINTS)
     return Inbound(request, include_usage=include_usage and stream)
+
+
+def _max_tokens(top: Body) -> int | None:
+    """``max_completion_tokens``, else the older ``max_tokens``; on a strict body two
+    different values are refused (one would be lost)."""
+    newer = top.integer("max_completion_tokens", minimum=1)
+    older = top.integer("max_tokens", minimum=1)
+    if top.strict and None not in (newer, older) and newer != older:
+        raise ConfigurationError(
+            f"max_completion_tokens ({newer}) and max_tokens ({older}) disagree: send one"
+        )
+    return older if newer is None else newer
+
+
+def _defaults(top: Body) -> None:
+    """The knobs cuca takes at their default value only: at it, they ask for nothing
+    cuca does not do."""
+    top.default("n", 1, "one answer per turn")
+    top.default("logprobs", False, "no log probabilities")
+    top.default("parallel_tool_calls", True, "the model may call several tools at once")
+    top.default("frequency_penalty", 0, "no penalties")
+    top.default("presence_penalty", 0, "no penalties")
+    top.default("modalities", ["text"], "text out")
+    top.default("store", False, "nothing stored with the vendor")
+
+
+_HINTS = {
+    "user": "an end user's id is the vendor's own",
+    "safety_identifier": "an end user's id is the vendor's own",
+    "metadata": "tags stored with the vendor",
+    "service_tier": "a vendor's billing knob",
+    "logit_bias": "a vendor's token ids",
+    "top_logprobs": "cuca returns no log probabilities",
+    "verbosity": "a vendor's knob",
+    "prompt_cache_key": "OpenAI's cache routing; cuca's prompt_cache places breakpoints",
+    "audio": "cuca has no audio",
+    "prediction": "a vendor's knob",
+    "web_search_options": "a vendor's hosted tool",
+    "functions": "the deprecated form of tools",
+    "function_call": "the deprecated form of tool_choice",
+    "name": "a participant's name",
+    "refusal": "cuca reads a refusal part of content as text",
+    "strict": "cuca's tools have no strict switch",
+    "description": "an output schema has a name and a schema",
+    "detail": "an image's resolution hint",
+}
+"""What cuca says about a field it has no place for, by the field's name."""
 
 
 def _stop(top: Body, key: str) -> tuple[str, ...]:
@@ -133,6 +183,9 @@ def tool_choice(top: Body) -> ToolChoice | None:
         return _CHOICES[value]
     choice = top.object("tool_choice")
     assert choice is not None
+    kind = choice.text("type")
+    if kind not in ("function", None):
+        raise ConfigurationError(f"tool_choice.type {kind!r} is not one cuca reads: function")
     function = choice.object("function")
     name = function.text("name") if function is not None else choice.text("name")
     if not name:
@@ -156,7 +209,8 @@ def _message(message: Body) -> UnifiedMessage:
     if role == "tool":
         call_id = message.text("tool_call_id", required=True) or ""
         result = ToolResult(call_id, parts_text(message, "content"))
-        return UnifiedMessage(MessageRole.TOOL, (result,), tool_call_id=call_id)
+        name = message.text("name")  # the function's (what Gemini matches results by)
+        return UnifiedMessage(MessageRole.TOOL, (result,), tool_call_id=call_id, name=name)
     return UnifiedMessage(MessageRole.ASSISTANT, _assistant_content(message))
 
 
@@ -187,6 +241,7 @@ def _user_content(message: Body) -> tuple[Block, ...]:
         elif kind == "image_url":
             image = part.object("image_url", required=True)
             assert image is not None
+            image.default("detail", "auto", "the vendor picks the resolution")
             blocks.append(image_block(image.text("url", required=True) or "", image.at("url")))
         else:
             raise ConfigurationError(f"{part.at('type')} {kind!r} is not a part cuca reads")
@@ -205,8 +260,13 @@ def image_block(url: str, where: str) -> ImageBase64:
 def _assistant_content(message: Body) -> tuple[Block, ...]:
     blocks: list[Block] = []
     reasoning = message.text("reasoning")
+    alias = message.text("reasoning_content")
+    if message.strict and reasoning and alias and reasoning != alias:
+        raise ConfigurationError(
+            f"{message.at('reasoning')} and {message.at('reasoning_content')} disagree: send one"
+        )
     if reasoning is None:
-        reasoning = message.text("reasoning_content")
+        reasoning = alias
     if reasoning:
         blocks.append(Thinking(reasoning))
     text = parts_text(message, "content")
@@ -219,6 +279,8 @@ def _assistant_content(message: Body) -> tuple[Block, ...]:
 
 def _tool_call(call: Body) -> ToolCall:
     call_id = call.text("id", required=True) or ""
+    if call.text("type") not in ("function", None):
+        raise ConfigurationError(f"{call.at('type')} must be function")
     function = call.object("function", required=True)
     assert function is not None
     name = function.text("name", required=True) or ""
@@ -233,6 +295,11 @@ def _tool_call(call: Body) -> ToolCall:
 
 
 def _thinking(top: Body) -> ThinkingConfig | None:
+    if top.strict:
+        keys = ("reasoning_effort", "chat_template_kwargs", "thinking")
+        switches = [k for k in keys if top.value.get(k) is not None]
+        if len(switches) > 1:
+            raise ConfigurationError(f"{' and '.join(switches)} each set thinking: send one")
     effort = top.text("reasoning_effort")
     if effort is not None:
         if effort not in EFFORTS:
@@ -261,6 +328,7 @@ def _tool(tool: Body) -> ToolDefinition:
     assert function is not None
     schema = function.get("parameters", dict) or {"type": "object", "properties": {}}
     description = function.text("description") or ""
+    function.default("strict", False, "cuca's tools have no strict switch")
     return ToolDefinition(function.text("name", required=True) or "", description, schema)
 
 
