@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 from anthropic.types import MessageParam, ToolParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from hypothesis import given, settings
@@ -42,6 +43,7 @@ from cuca import (
 )
 from cuca.providers.anthropic.encode import ANTHROPIC, AnthropicAdapter
 from cuca.providers.chat.encode import OpenAiCompatAdapter, dialect_of
+from cuca.testing import ScriptedTurn, open_scripted_server
 
 ANTHROPIC_ISSUED = ProviderEndpoint.ANTHROPIC
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
@@ -684,3 +686,65 @@ def anthropic_requests(draw: st.DrawFn) -> UnifiedRequest:
 @given(anthropic_requests())
 def test_from_anthropic_reads_back_what_to_anthropic_wrote(request: UnifiedRequest) -> None:
     assert from_anthropic(to_anthropic(request)) == request
+
+
+# -- through the vendors' own SDKs -----------------------------------------------------
+
+
+async def test_to_openai_goes_through_the_openai_sdk_as_its_keyword_arguments() -> None:
+    """``create(**to_openai(request))``: the SDK takes every key, sends the body as it is,
+    and the server reads back the request."""
+    import openai
+
+    request = (
+        UnifiedRequest.new("gpt-4o")
+        .add_system_message("Be brief.")
+        .add_user_message("Weather in Rome?")
+        .add_tool("get_weather", "now", SCHEMA)
+        .set_tool_choice("required")
+        .set_thinking(ThinkingEffort.LOW)
+        .set_stop("END")
+        .set_seed(7)
+        .set_max_tokens(64)
+        .set_stream(False)
+    )
+
+    async with open_scripted_server([ScriptedTurn("Sunny.")], "chat") as server:
+
+        def create() -> Any:
+            with openai.OpenAI(base_url=server.base_url, api_key="sk-test") as sdk:
+                return sdk.chat.completions.create(**to_openai(request))
+
+        answer = await trio.to_thread.run_sync(create)
+        sent = server.requests[0].json()
+    assert answer.choices[0].message.content == "Sunny."
+    assert sent == to_openai(request)
+    assert from_openai(sent) == request
+
+
+async def test_to_anthropic_goes_through_the_anthropic_sdk_as_its_keyword_arguments() -> None:
+    import anthropic
+
+    request = (
+        UnifiedRequest.new("claude-sonnet-4-5")
+        .add_system_message("Be brief.")
+        .add_user_message("Weather in Rome?")
+        .add_tool("get_weather", "now", SCHEMA)
+        .set_tool_choice(ToolChoice.tool("get_weather"))
+        .set_stop("END")
+        .set_max_tokens(64)
+        .set_output_schema(SCHEMA)
+        .set_stream(False)
+    )
+
+    async with open_scripted_server([ScriptedTurn("Sunny.")], "anthropic") as server:
+
+        def create() -> Any:
+            with anthropic.Anthropic(base_url=server.url, api_key="sk-test") as sdk:
+                return sdk.messages.create(**to_anthropic(request))
+
+        answer = await trio.to_thread.run_sync(create)
+        sent = server.requests[0].json()
+    assert answer.content[0].text == "Sunny."
+    assert sent == to_anthropic(request)
+    assert from_anthropic(sent) == request
