@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeAlias
 
 import attrs
 
-from .errors import CucaError
+from .errors import ConfigurationError, CucaError
 from .types import Block, TurnSummary, UnifiedRequest
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Upload",
     "VendorJob",
     "WireCall",
+    "check_job_size",
 ]
 
 
@@ -164,3 +165,21 @@ class BatchWire(Protocol):
         """Each request's outcome by its ``custom_id``, for an ended job: the ids the
         vendor gave no result for are absent (the feature says why)."""
         ...
+
+
+def check_job_size(vendor: str, requests: int, most: int, size: int, most_bytes: int) -> None:
+    """Refuse, before any request, a job over ``vendor``'s documented limits: more than
+    ``most`` requests, or an input of more than ``most_bytes`` bytes (``size``, as it
+    would be sent). One call is one vendor job (docs/batches.md says why cuca does not
+    split one): a ``ConfigurationError`` saying by how much and what to do."""
+    if requests > most:
+        raise ConfigurationError(
+            f"{vendor} runs at most {most:,} requests in one batch; this one has "
+            f"{requests:,}: submit it as {-(-requests // most)} batches"
+        )
+    if size > most_bytes:
+        raise ConfigurationError(
+            f"{vendor} takes a batch's input of at most {most_bytes / 1e6:,.0f} MB; this "
+            f"one is {size / 1e6:,.1f} MB: submit it as {-(-size // most_bytes)} batches "
+            "or more"
+        )

@@ -3,6 +3,7 @@ vendor's documented states on trio's mock clock (a day in milliseconds)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from decimal import Decimal
@@ -292,6 +293,34 @@ async def test_batch_budget_refuses_before_anything_is_sent(autojump_clock: Any)
 
 
 # -- what a batch refuses -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "limit", "value", "message"),
+    [
+        ("openai", "chat.batch.MAX_REQUESTS", 2, "OpenAI runs at most 2 requests in one batch; "
+         "this one has 3: submit it as 2 batches"),
+        ("openai", "chat.batch.MAX_BYTES", 500, "OpenAI takes a batch's input of at most 0 MB"),
+        ("anthropic", "anthropic.batch.MAX_REQUESTS", 2, "Anthropic runs at most 2 requests"),
+        ("anthropic", "anthropic.batch.MAX_BYTES", 500, "Anthropic takes a batch's input"),
+        ("gemini", "gemini.batch.MAX_INLINE_BYTES", 500, "Gemini takes a batch's input"),
+    ],
+)
+async def test_batch_over_the_vendors_limits_is_refused_before_any_request(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch, name: str, limit: str, value: int,
+    message: str,
+) -> None:
+    """A batch over the vendor's documented limit on requests or bytes (made small here:
+    the real ones are 50,000 requests and 200 MB...) is a ConfigurationError saying so,
+    before any request: no file, no job, the budget's reservation given back."""
+    monkeypatch.setattr(f"cuca.providers.{limit}", value)
+    budget = Budget(usd=10.0)
+    async with vendor(name, plugins=[budget]) as (server, client, model):
+        requests = [ask(model, f"question {i}: " + "words " * 20) for i in range(3)]
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            await client.batch(requests)
+    assert server.jobs == {} and getattr(server, "files", {}) == {}
+    assert (await budget.store.get(budget.key))["held"] == {}
 
 
 async def test_batch_refuses_an_empty_batch_and_a_wrong_item(autojump_clock: Any) -> None:

@@ -27,7 +27,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cuca.batch_wire import BatchCounts, BatchState, Outcome, Send, VendorJob, WireCall
+from cuca.batch_wire import (
+    BatchCounts,
+    BatchState,
+    Outcome,
+    Send,
+    VendorJob,
+    WireCall,
+    check_job_size,
+)
 from cuca.errors import BatchCancelled, BatchExpired, CucaError, ProviderError
 from cuca.types import UnifiedRequest
 
@@ -35,6 +43,12 @@ from ..base import ProviderAdapter
 from ..decoding import error_text, result_lines, stream_error
 
 __all__ = ["MessageBatches", "read_message_batch"]
+
+MAX_REQUESTS = 100_000
+MAX_BYTES = 256_000_000
+"""Anthropic's limits on one Message Batch ("limited to either 100,000 Message requests
+or 256 MB in size, whichever is reached first", the batch processing guide; decimal
+megabytes, the stricter reading): the size is the create request's JSON body."""
 
 
 class MessageBatches:
@@ -56,6 +70,8 @@ class MessageBatches:
             params.pop("stream", None)
             requests.append({"custom_id": custom_id, "params": params})
         body = {"requests": requests}
+        size = len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+        check_job_size("Anthropic", len(requests), MAX_REQUESTS, size, MAX_BYTES)
         created = await send(WireCall("POST", self.url, self.headers, body))
         return read_message_batch(created)
 

@@ -35,6 +35,7 @@ from cuca.batch_wire import (
     Upload,
     VendorJob,
     WireCall,
+    check_job_size,
 )
 from cuca.errors import BatchCancelled, BatchExpired, CucaError, ProviderError
 from cuca.types import UnifiedRequest
@@ -48,6 +49,10 @@ STATES: Mapping[str, BatchState] = {state.value: state for state in BatchState}
 """OpenAI's ``status`` names are cuca's :class:`BatchState` values."""
 
 NOT_STREAMED = ("stream", "stream_options")
+MAX_REQUESTS = 50_000
+MAX_BYTES = 200_000_000
+"""OpenAI's limits on one batch (Batch guide: "up to 50,000 requests, and a batch input
+file can be up to 200 MB in size"; read as decimal megabytes, the stricter reading)."""
 """Fields of the encoded body a batch line leaves out (a batch answer is one JSON)."""
 
 
@@ -84,6 +89,7 @@ class ChatBatch:
     ) -> VendorJob:
         lines = [json.dumps(self.line(c, r), ensure_ascii=False) for c, r in entries]
         content = ("\n".join(lines) + "\n").encode()
+        check_job_size("OpenAI", len(entries), MAX_REQUESTS, len(content), MAX_BYTES)
         upload = Upload("file", "batch.jsonl", content, "application/jsonl", {"purpose": "batch"})
         file = await send(WireCall("POST", f"{self.base}/files", self._headers(), upload=upload))
         file_id = file.get("id") if isinstance(file, dict) else None

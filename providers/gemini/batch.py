@@ -30,7 +30,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cuca.batch_wire import BatchCounts, BatchState, Outcome, Send, VendorJob, WireCall
+from cuca.batch_wire import (
+    BatchCounts,
+    BatchState,
+    Outcome,
+    Send,
+    VendorJob,
+    WireCall,
+    check_job_size,
+)
 from cuca.errors import ConfigurationError, CucaError, ProviderError
 from cuca.types import UnifiedRequest
 
@@ -48,6 +56,11 @@ STATES: Mapping[str, BatchState] = {
     "BATCH_STATE_CANCELLED": BatchState.CANCELLED,
     "BATCH_STATE_EXPIRED": BatchState.EXPIRED,
 }
+
+MAX_INLINE_BYTES = 20_000_000
+"""Gemini's limit on a batch whose requests are sent inline (the batch mode guide: inline
+requests for "smaller batches that keep the total request size under 20MB"; decimal
+megabytes, the stricter reading); it documents no request count of its own."""
 
 
 GRPC_STATUS: Mapping[int, int] = {
@@ -92,6 +105,8 @@ class GeminiBatches:
             for c, request in entries
         ]
         batch = {"displayName": label, "inputConfig": {"requests": {"requests": inline}}}
+        size = len(json.dumps({"batch": batch}, ensure_ascii=False, separators=(",", ":")).encode())
+        check_job_size("Gemini", len(inline), len(inline), size, MAX_INLINE_BYTES)
         url = f"{self.base}/v1beta/models/{models.pop()}:batchGenerateContent"
         created = await send(WireCall("POST", url, self._headers(), {"batch": batch}))
         return read_operation(created)

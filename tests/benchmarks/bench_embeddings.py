@@ -252,6 +252,7 @@ def local_part(texts_count: int, threads_count: int) -> None:
         f"SmolLM2-135M, mean pooling, {threads_count} thread(s)"
     )
     print(f"{shown}; load average {os.getloadavg()[0]:.2f} at the start", flush=True)
+    print("  each step: llama-cpp-python / cuca", flush=True)
 
     async def run() -> None:
         nonlocal same
@@ -278,10 +279,11 @@ def local_part(texts_count: int, threads_count: int) -> None:
                     ours = [list(vector) for vector in vectors["cuca"]]  # outside the timing
                     same = same and ours == vectors["llama-cpp-python"]
                     theirs, mine = walls["llama-cpp-python"][-1], walls["cuca"][-1]
+                    their_cpu, my_cpu = cpus["llama-cpp-python"][-1], cpus["cuca"][-1]
                     print(
-                        f"  step {number + 1:3}/{len(calls)}: {len(batch)} texts, "
-                        f"llama-cpp-python {theirs:7.2f} s, cuca {mine:7.2f} s, "
-                        f"ratio {mine / theirs:6.3f}",
+                        f"  step {number + 1:3}/{len(calls)}: {len(batch)} texts, wall "
+                        f"{theirs:7.2f} s / {mine:7.2f} s ({mine / theirs:5.3f}x), CPU "
+                        f"{their_cpu:6.2f} s / {my_cpu:6.2f} s ({my_cpu / their_cpu:5.3f}x)",
                         flush=True,
                     )
 
