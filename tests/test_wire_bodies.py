@@ -12,7 +12,7 @@ import pytest
 import trio
 from anthropic.types import MessageParam, ToolParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
@@ -748,3 +748,99 @@ async def test_to_anthropic_goes_through_the_anthropic_sdk_as_its_keyword_argume
     assert answer.content[0].text == "Sunny."
     assert sent == to_anthropic(request)
     assert from_anthropic(sent) == request
+
+
+# -- any request: what the wire holds survives, the rest is left out the same way ------
+
+_any_provider = st.sampled_from(
+    [None, ProviderEndpoint.ANTHROPIC, ProviderEndpoint.GOOGLE_GEMINI, ProviderEndpoint.OPENAI]
+)
+_any_thinking = st.builds(
+    Thinking,
+    _text,
+    signature=st.none() | _signatures,
+    provider=_any_provider,
+    redacted=st.booleans(),
+)
+_signed_text = st.builds(Text, _text, signature=st.none() | _signatures, provider=_any_provider)
+_signed_calls = st.builds(
+    ToolCall, _ids, _names, _arguments, signature=st.none() | _signatures, provider=_any_provider
+)
+_any_messages = st.lists(
+    st.one_of(
+        st.lists(_signed_text, max_size=3).map(
+            lambda blocks: UnifiedMessage(MessageRole.SYSTEM, tuple(blocks))
+        ),
+        st.lists(st.one_of(_signed_text, _images), max_size=3).map(
+            lambda blocks: UnifiedMessage(MessageRole.USER, tuple(blocks))
+        ),
+        st.lists(st.one_of(_signed_text, _signed_calls, _any_thinking), max_size=4).map(
+            lambda blocks: UnifiedMessage(MessageRole.ASSISTANT, tuple(blocks))
+        ),
+        st.builds(
+            lambda result, name: UnifiedMessage(
+                MessageRole.TOOL, (result,), tool_call_id=result.tool_call_id, name=name
+            ),
+            st.builds(ToolResult, _ids, _text, st.booleans()),
+            st.none() | _names,
+        ),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@st.composite
+def any_requests(draw: st.DrawFn, *, anthropic: bool) -> UnifiedRequest:
+    """Requests with what one wire or the other has no place for: signatures of any
+    issuer, redacted thinking, failed tool results, names, several system messages
+    anywhere, every effort, thinking off, a seed, breakpoints anywhere."""
+    thinking = draw(
+        st.none()
+        | st.booleans().map(ThinkingConfig)
+        | st.sampled_from(list(ThinkingEffort)).map(lambda e: ThinkingConfig(True, e))
+    )
+    thinking_on = thinking is not None and thinking.enabled
+    request = UnifiedRequest(
+        model=draw(_words),
+        messages=tuple(draw(_any_messages)),
+        temperature=draw(st.none() | st.floats(0, 1 if anthropic else 2)),
+        max_tokens=draw(st.none() | st.integers(40_000 if thinking_on else 1, 64_000)),
+        thinking=thinking,
+        seed=draw(st.none() | st.integers(0, 2**31 - 1)),
+        prompt_cache=draw(
+            st.none()
+            | st.builds(
+                PromptCache, st.booleans(), st.booleans(), st.lists(st.integers(-6, 5), max_size=3)
+            )
+        ),
+    )
+    request = draw(_controls(request, stops=4))
+    if anthropic and thinking_on:
+        forced = request.tool_choice is not None and request.tool_choice.mode.value in (
+            "required",
+            "tool",
+        )
+        request = attrs.evolve(
+            request,
+            tool_choice=None if forced else request.tool_choice,
+            top_p=None if request.top_p is None else max(request.top_p, 0.95),
+        )
+    return request
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_requests(anthropic=False))
+def test_to_openai_of_what_from_openai_read_is_the_same_body(request: UnifiedRequest) -> None:
+    body = to_openai(request)
+    assert to_openai(from_openai(body)) == body
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_requests(anthropic=True))
+def test_to_anthropic_of_what_from_anthropic_read_is_the_same_body(
+    request: UnifiedRequest,
+) -> None:
+    body = to_anthropic(request)
+    assume(body["messages"])  # the Messages API takes no conversation without one
+    assert to_anthropic(from_anthropic(body)) == body
