@@ -31,6 +31,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from itertools import groupby
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
@@ -105,9 +106,7 @@ class TurnSeams:
         self.request = request
         self.sent = False
         self.hit: Replay | None = None
-        self.blocks: list[Block] = []
-        self.summary: TurnSummary | None = None
-        self.clean = True
+        self.items: list[Any] = []  # the backend's, recorded for the cache
         self.ended = False
         self.failure: BaseException | None = None
 
@@ -180,14 +179,9 @@ class TurnSeams:
         return _assembled(self.backend.points, built, insertions)
 
     def _record(self, batch: Batch) -> None:
-        """The backend's blocks, as its decoder gave them: what the cache keeps."""
-        for item in batch:
-            if type(item) is EndOfTurn:
-                self.summary = item.summary
-            elif isinstance(item, CucaError):
-                self.clean = False  # a turn with an error item is not kept
-            else:
-                self.blocks.append(item)
+        """The backend's items, as its decoder gave them: what the cache keeps, sorted
+        once the turn has ended (:func:`_kept`): no Python step per item."""
+        self.items.extend(batch)
 
     # -- after ----------------------------------------------------------------------
 
@@ -204,22 +198,38 @@ class TurnSeams:
         try:
             await self.admission.settle(outcome(state.error, response, self.sent))
             self.failure = self.admission.failure
-            if self.hit is None and self.clean and response is not None:
+            if self.hit is None and response is not None:
                 await self._keep()
         finally:
             if self.watch is not None:
                 self.watch.finish(state, cancelled, self.admission.warnings)
 
     async def _keep(self) -> None:
-        if self.replay is None or self.summary is None:
+        if self.replay is None or (kept := _kept(self.items)) is None:
             return
         with trio.move_on_after(SETTLE_TIMEOUT) as scope:
             scope.shield = True
             try:
-                kept = Replay(tuple(self.blocks), self.summary)
                 await self.replay.keep(self.request, self.backend.endpoint, kept)
             except CucaError as exc:
                 self.failure = self.failure or exc
+
+
+def _kept(items: Sequence[Any]) -> Replay | None:
+    """What the cache keeps of a live turn's ``items``: its blocks and the summary of its
+    end; ``None`` for a turn with an error item (a malformed tool call) or no end. Read
+    a run of one type at a time (``groupby``): no Python step per block."""
+    blocks: list[Block] = []
+    summary: TurnSummary | None = None
+    for cls, run in groupby(items, type):
+        if cls is EndOfTurn:
+            *_, end = run
+            summary = end.summary
+        elif issubclass(cls, CucaError):
+            return None
+        else:
+            blocks.extend(run)
+    return None if summary is None else Replay(tuple(blocks), summary)
 
 
 def _assembled(

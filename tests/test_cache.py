@@ -21,6 +21,8 @@ from cuca import (
     RetryPolicy,
     StoreError,
     Text,
+    Thinking,
+    ToolCall,
     TurnObserver,
     TurnOutcome,
     UnifiedRequest,
@@ -410,3 +412,83 @@ async def test_cache_max_entries_of_one_keeps_the_last_and_clear_drops_it() -> N
         await cache.clear()
         assert not (await c.generate(REQUEST)).response.cached
     assert len(server.requests) == 4
+
+
+MIXED: tuple[Block, ...] = (
+    Thinking("Let me"),
+    Thinking(" think."),
+    Thinking("", signature="EqQBCgIYAh", provider=ProviderEndpoint.ANTHROPIC),
+    Thinking("", signature="c2VjcmV0", provider=ProviderEndpoint.ANTHROPIC, redacted=True),
+    Thinking("Plan", id="rs_1"),
+    Text("Hel"),
+    Text("lo"),
+    Text(""),
+    Text("", signature="", provider=ProviderEndpoint.GOOGLE_GEMINI),  # an empty signature is one
+    Text(" there"),
+    ToolCall("call_1", "lookup", {"q": "ü 日本"}),
+    Text("done"),
+)
+
+
+async def test_cache_entry_keeps_every_block_with_its_chunking_and_fields() -> None:
+    """A hit gives back the very blocks of the live turn, one for each delta (a hit
+    streams the answer in the chunks it came in): plain text and reasoning deltas are
+    kept as runs of their strings, every block with a field set (a signature, even an
+    empty one, a provider, ``redacted``, an id) whole, in its place."""
+    from cuca.admission import Replay
+    from cuca.types import TurnSummary
+
+    cache = ResponseCache()
+    summary = TurnSummary(finish_reason="stop")
+    await cache.keep(REQUEST, "http://a", Replay(MIXED, summary))
+    hit = await cache.lookup(REQUEST, "http://a")
+    assert hit is not None and hit.blocks == MIXED and hit.summary == summary
+    assert [type(b) for b in hit.blocks] == [type(b) for b in MIXED]
+    entry = await cache.store.get(f"cuca:cache:{cache_key(REQUEST, 'http://a')}")
+    runs = [e for e in entry["blocks"] if set(e) != {"type", "value"}]
+    assert runs == [
+        {"thinking": ["Let me", " think."]},
+        {"texts": ["Hel", "lo", ""]},
+        {"texts": [" there"]},
+        {"texts": ["done"]},
+    ]
+
+
+async def test_cache_reads_entries_kept_one_block_an_element() -> None:
+    """An entry written before the runs (each block adjacently tagged, as
+    ``cuca.unstructure`` writes it) is still answered; one that holds no kept turn (an
+    element neither a block nor a run of strings, another program's value) is a
+    StoreError, as a store that failed is (docs/cache.md), and a miss with
+    ``fail_open``."""
+    from cuca import unstructure
+    from cuca.types import TurnSummary
+
+    cache = ResponseCache()
+    key = f"cuca:cache:{cache_key(REQUEST, 'http://a')}"
+    summary = unstructure(TurnSummary(finish_reason="stop"))
+    await cache.store.set(key, {"blocks": [unstructure(b) for b in MIXED], "summary": summary})
+    hit = await cache.lookup(REQUEST, "http://a")
+    assert hit is not None and hit.blocks == MIXED
+    wrong = [{"blocks": [run], "summary": summary}
+             for run in ({"texts": ["a", 1]}, {"texts": "ab"}, {"text": ["a"]})]
+    wrong += [{"blocks": [], "summary": {"finish_reason": 3}}, {"summary": summary}, [1, 2]]
+    for entry in wrong:
+        await cache.store.set(key, entry)
+        with pytest.raises(StoreError, match="holds no turn a cache kept"):
+            await cache.lookup(REQUEST, "http://a")
+        assert await ResponseCache(store=cache.store, fail_open=True).lookup(
+            REQUEST, "http://a") is None
+
+
+@pytest.mark.parametrize("name", ["thinking", "redacted_thinking", "tool_use"])
+async def test_cache_hit_replays_an_anthropic_turn_as_it_came(name: str) -> None:
+    """Reasoning deltas, their signature, a redacted block and a tool call come back
+    from the cache as the live turn gave them, in the same order."""
+    reply = Reply(transcript(f"anthropic/{name}"))
+    async with open_replay_server(reply) as server:
+        async with CucaClient(ProviderEndpoint.ANTHROPIC, base_url=server.url, api_key="k",
+                              plugins=[ResponseCache()]) as c:
+            live, first = await blocks_of(c, REQUEST)
+            replayed, second = await blocks_of(c, REQUEST)
+    assert replayed == live and len(live) > 1 and second.cached and not first.cached
+    assert len(server.requests) == 1

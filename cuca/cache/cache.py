@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
+from operator import attrgetter
 from typing import Any
 
 from cuca._checks import kind
@@ -15,7 +17,7 @@ from cuca.convert import structure, to_json, unstructure
 from cuca.errors import ConfigurationError, StoreError
 from cuca.plugins import CucaPlugin
 from cuca.store import MemoryStore, Store
-from cuca.types import Block, TurnSummary, UnifiedRequest
+from cuca.types import Block, Text, Thinking, TurnSummary, UnifiedRequest
 
 __all__ = ["ResponseCache", "cache_key"]
 
@@ -85,31 +87,31 @@ class ResponseCache(CucaPlugin):
         return self.cache_sampled or request.temperature == 0
 
     async def lookup(self, request: UnifiedRequest, endpoint: str | None) -> Replay | None:
-        """The kept turn for ``request``, or ``None``."""
+        """The kept turn for ``request``, or ``None``. An entry that holds no kept turn
+        (another program's, under this prefix) is a store that failed: a
+        :class:`~cuca.errors.StoreError`, or a miss with ``fail_open``."""
         if not self.cacheable(request):
             return None
+        key = f"{self.prefix}:{cache_key(request, endpoint)}"
         try:
-            entry = await self.store.get(f"{self.prefix}:{cache_key(request, endpoint)}")
+            entry = await self.store.get(key)
+            kept = None if entry is None else _replay(key, entry)
         except StoreError:
             if not self.fail_open:
                 raise
-            entry = None
-        if entry is None:
+            kept = None
+        if kept is None:
             self.misses += 1
             return None
         self.hits += 1
-        blocks: tuple[Block, ...] = tuple(structure(b, Block) for b in entry["blocks"])
-        return Replay(blocks, structure(entry["summary"], TurnSummary))
+        return kept
 
     async def keep(self, request: UnifiedRequest, endpoint: str | None, replay: Replay) -> None:
         """Keep a turn that ended cleanly."""
         if not self.cacheable(request):
             return
         key = f"{self.prefix}:{cache_key(request, endpoint)}"
-        entry = {
-            "blocks": [unstructure(block) for block in replay.blocks],
-            "summary": unstructure(replay.summary),
-        }
+        entry = {"blocks": _to_entry(replay.blocks), "summary": unstructure(replay.summary)}
         try:
             await self.store.set(key, entry, self.ttl)
             if self.max_entries is not None:
@@ -165,3 +167,68 @@ class ResponseCache(CucaPlugin):
             await self.store.delete(entry[0])
         await self.store.delete(f"{self.prefix}:index")
 
+
+
+_TEXT = attrgetter("text")
+
+_RUNS: dict[type, tuple[str, Callable[[Any], Any], tuple[Any, ...]]] = {
+    Text: ("texts", attrgetter("signature", "provider"), (None, None)),
+    Thinking: (
+        "thinking",
+        attrgetter("signature", "provider", "redacted", "id"),
+        (None, None, False, None),
+    ),
+}
+"""The deltas kept as runs of strings: a plain one (no field set but its text) of
+each type, by the name of its run, the fields that must be unset and their unset
+values."""
+
+_MADE: dict[str, Callable[[str], Block]] = {name: cls for cls, (name, _, _) in _RUNS.items()}
+
+
+def _to_entry(blocks: Iterable[Block]) -> list[Any]:
+    """``blocks`` as an entry keeps them (JSON): each as :func:`~cuca.convert.unstructure`
+    writes a block, except that consecutive plain deltas of text, or of reasoning (no
+    signature, provider or id), are kept as one run of their strings,
+    ``{"texts": ["Hel", "lo"]}`` or ``{"thinking": [...]}``: one string a block, so a
+    hit gives back the same blocks, and keeping a long answer makes no object and no
+    Python step per delta (the runs are found and read in C: ``groupby``,
+    ``attrgetter``)."""
+    kept: list[Any] = []
+    for cls, group in groupby(blocks, type):
+        run = _RUNS.get(cls)
+        if run is None:
+            kept.extend(map(unstructure, group))
+            continue
+        name, fields, unset = run
+        for values, same in groupby(group, fields):
+            if values == unset:
+                kept.append({name: list(map(_TEXT, same))})
+            else:
+                kept.extend(map(unstructure, same))
+    return kept
+
+
+def _replay(key: str, entry: Any) -> Replay:
+    """The turn kept in ``entry`` (under ``key``), or the :class:`StoreError` of an
+    entry that holds none."""
+    try:
+        return Replay(_from_entry(entry["blocks"]), structure(entry["summary"], TurnSummary))
+    except (ConfigurationError, KeyError, TypeError) as exc:
+        raise StoreError(f"{key} holds no turn a cache kept: {exc}") from None
+
+
+def _from_entry(kept: Sequence[Any]) -> tuple[Block, ...]:
+    """The blocks of an entry written by :func:`_to_entry` (or, before the runs, one
+    adjacently tagged block an element); an element that is neither raises
+    :class:`~cuca.errors.ConfigurationError`."""
+    blocks: list[Block] = []
+    for element in kept:
+        if type(element) is dict and len(element) == 1:
+            ((name, texts),) = element.items()
+            make = _MADE.get(name)
+            if make is not None and type(texts) is list and set(map(type, texts)) <= {str}:
+                blocks.extend(map(make, texts))
+                continue
+        blocks.append(structure(element, Block))
+    return tuple(blocks)
