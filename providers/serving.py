@@ -158,11 +158,19 @@ class Signatures(Protocol):
     ``seal`` gives the signature a client is sent for a complete block (its text, the
     signature the backend gave and the backend that gave it, both ``None`` for a
     backend that signs nothing, such as the local engine); ``open`` gives back the
-    block a client's ``(text, signature)`` stands for, with the signature and issuer
-    the backend will accept, or raises :class:`~cuca.errors.ConfigurationError` for a
-    signature it did not issue."""
+    block a client's ``(text, signature)`` stands for, with the signature, issuer and
+    id the backend will accept, or raises :class:`~cuca.errors.ConfigurationError` for
+    a signature it did not issue. ``ident`` is the backend's id of the block (a
+    Responses reasoning item's ``id``, which that backend needs back beside its
+    ``encrypted_content``)."""
 
-    def seal(self, text: str, signature: str | None, issuer: ProviderEndpoint | None) -> str:
+    def seal(
+        self,
+        text: str,
+        signature: str | None,
+        issuer: ProviderEndpoint | None,
+        ident: str | None = None,
+    ) -> str:
         """The signature to send for a thinking block."""
         ...
 
@@ -180,7 +188,13 @@ class PassThrough:
 
     issuer: ProviderEndpoint | None = None
 
-    def seal(self, text: str, signature: str | None, issuer: ProviderEndpoint | None) -> str:
+    def seal(
+        self,
+        text: str,
+        signature: str | None,
+        issuer: ProviderEndpoint | None,
+        ident: str | None = None,
+    ) -> str:
         return signature or ""
 
     def open(self, text: str, signature: str, *, redacted: bool = False) -> Thinking:

@@ -2,11 +2,12 @@
 
 A client of the Messages wire (and of the Responses wire's ``encrypted_content``) hands
 each thinking block back with its signature on the next turn. What the server sends is
-a seal over three things: the block's text, the backend that issued the reasoning and
-that backend's own signature (Anthropic's, a Responses ``encrypted_content``; none for
-the local engine)::
+a seal over the block's text, the backend that issued the reasoning, that backend's own
+signature (Anthropic's, a Gemini thought signature, a Responses ``encrypted_content``;
+none for the local engine) and its id for the block where it has one (a Responses
+reasoning item's ``id``, which that backend needs back with its ``encrypted_content``)::
 
-    cuca1.<issuer and backend signature, base64url JSON>.<HMAC-SHA256, base64url>
+    cuca1.<issuer, backend signature and id, base64url JSON>.<HMAC-SHA256, base64url>
 
 The MAC is keyed by the server's secret (random per process unless given, so that
 replicas behind one address share it) and covers the text and the payload, so a client
@@ -69,15 +70,25 @@ class ServerSignatures:
         message = payload.encode() + b"\x00" + text.encode()
         return _b64(hmac.new(self._secret, message, hashlib.sha256).digest()[:24])
 
-    def seal(self, text: str, signature: str | None, issuer: ProviderEndpoint | None) -> str:
-        """The seal a client is sent for a complete thinking block."""
+    def seal(
+        self,
+        text: str,
+        signature: str | None,
+        issuer: ProviderEndpoint | None,
+        ident: str | None = None,
+    ) -> str:
+        """The seal a client is sent for a complete thinking block (``ident``: the
+        backend's id of the block, kept only with a signature)."""
         issued = str(issuer) if issuer is not None and signature else ""
-        payload = _b64(json.dumps([issued, signature or ""], separators=(",", ":")).encode())
+        fields = [issued, signature or ""]
+        if signature and ident:
+            fields.append(ident)
+        payload = _b64(json.dumps(fields, separators=(",", ":")).encode())
         return f"{PREFIX}{payload}.{self._mac(text, payload)}"
 
     def open(self, text: str, signature: str, *, redacted: bool = False) -> Thinking:
         """The block a client's ``text`` and ``signature`` stand for: the backend's own
-        signature and issuer for a seal of this server; a
+        signature, issuer and id for a seal of this server; a
         :class:`~cuca.errors.ConfigurationError` for a seal that does not match."""
         if not signature:
             return Thinking(text)
@@ -89,10 +100,11 @@ class ServerSignatures:
         if not hmac.compare_digest(mac.encode(), self._mac(text, payload).encode()):
             raise ConfigurationError("invalid signature in thinking block")
         try:
-            issued, inner = json.loads(_unb64(payload))
+            issued, inner, *rest = json.loads(_unb64(payload))
             provider = ProviderEndpoint.parse(issued) if issued else None
+            ident = str(rest[0]) if rest else None
         except (ValueError, TypeError, ConfigurationError):
             raise ConfigurationError("invalid signature in thinking block") from None
         if not inner:
             return Thinking(text)
-        return Thinking(text, signature=inner, provider=provider, redacted=redacted)
+        return Thinking(text, signature=inner, provider=provider, redacted=redacted, id=ident)

@@ -118,7 +118,7 @@ def _final_usage(ending: Ending) -> dict[str, Any]:
 class _Block:
     """The block being written: its index, type and what its end needs."""
 
-    __slots__ = ("index", "issuer", "kind", "signature", "text")
+    __slots__ = ("ident", "index", "issuer", "kind", "signature", "text")
 
     def __init__(self, index: int, kind: str) -> None:
         self.index = index
@@ -126,6 +126,7 @@ class _Block:
         self.text: list[str] = []
         self.signature: str | None = None
         self.issuer: ProviderEndpoint | None = None
+        self.ident: str | None = None
 
 
 class MessageStream:
@@ -243,7 +244,7 @@ class MessageStream:
             return out
         if block.kind == "thinking":
             text = "".join(block.text)
-            sealed = self.signatures.seal(text, block.signature, block.issuer)
+            sealed = self.signatures.seal(text, block.signature, block.issuer, block.ident)
             if sealed:
                 out += self._delta({"type": "signature_delta", "signature": sealed})
         self.block = None
@@ -252,7 +253,7 @@ class MessageStream:
     def _thinking(self, item: Thinking) -> bytes:
         if item.redacted:
             out = self._end_block()
-            data = self.signatures.seal("", item.signature, item.provider)
+            data = self.signatures.seal("", item.signature, item.provider, item.id)
             out += self._start("redacted_thinking", {"type": "redacted_thinking", "data": data})
             return out + self._end_block()
         if not item.text and item.signature is None:
@@ -265,6 +266,7 @@ class MessageStream:
         if item.signature is not None:  # the block's last item: it ends here
             self.block.signature = item.signature
             self.block.issuer = item.provider
+            self.block.ident = item.id
             out += self._end_block()
         return out
 

@@ -169,6 +169,8 @@ def _reasoning(item: Body, signatures: Signatures) -> Block:
     content = "".join(p.text("text") or "" for p in item.objects("content"))
     summary = "".join(p.text("text") or "" for p in item.objects("summary"))
     block = signatures.open(content or summary, item.text("encrypted_content") or "")
+    if block.id is not None:  # the backend's own id, from the server's seal
+        return block
     return attrs.evolve(block, id=item.text("id"))
 
 

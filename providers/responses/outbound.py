@@ -90,7 +90,7 @@ def usage_body(ending: Ending) -> dict[str, Any]:
 class _Item:
     """The output item being written."""
 
-    __slots__ = ("body", "index", "issuer", "signature", "text")
+    __slots__ = ("body", "ident", "index", "issuer", "signature", "text")
 
     def __init__(self, index: int, body: dict[str, Any]) -> None:
         self.index = index
@@ -98,6 +98,7 @@ class _Item:
         self.text: list[str] = []
         self.signature: str | None = None
         self.issuer: ProviderEndpoint | None = None
+        self.ident: str | None = None
 
 
 class ResponseStream:
@@ -210,7 +211,7 @@ class ResponseStream:
         if body["type"] == "reasoning":
             part: dict[str, Any] = {"type": "reasoning_text", "text": text}
             out += self._event("response.reasoning_text.done", **where, content_index=0, text=text)
-            sealed = self.signatures.seal(text, item.signature, item.issuer)
+            sealed = self.signatures.seal(text, item.signature, item.issuer, item.ident)
             body = {**body, "content": [part], "encrypted_content": sealed or None}
         elif body["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": []}
@@ -253,8 +254,8 @@ class ResponseStream:
             out += self._start(body)
         item = self.item
         assert item is not None
-        if block.id is not None:
-            item.body["id"] = block.id
+        # the item keeps the id it was announced with (a client checks that the item
+        # done is the item added); an id that arrives later travels in the seal
         if block.text:
             item.text.append(block.text)
             delta = {"content_index": 0, "delta": block.text}
@@ -262,6 +263,7 @@ class ResponseStream:
         if block.signature is not None or block.id is not None:  # the item's last block
             item.signature = block.signature
             item.issuer = block.provider
+            item.ident = block.id
             out += self._end_item()
         return out
 
