@@ -2,39 +2,18 @@
 
 This is the contract between template analysis (which detects a family from a chat
 template) and the streaming output parser (which recognises blocks in generated text).
+:class:`OutputFormat` and :class:`ToolSyntax` are declared in :mod:`cuca.generation`
+(the records of a generation name them) and re-exported here.
 """
 
 from __future__ import annotations
 
-import enum
-
 import attrs
 
+from cuca.generation import OutputFormat as OutputFormat
+from cuca.generation import ToolSyntax as ToolSyntax
+
 __all__ = ["Capabilities", "OutputFormat", "RenderedTurn", "ToolSyntax"]
-
-
-class ToolSyntax(enum.Enum):
-    """A tool-call syntax the output parser understands."""
-
-    HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen)
-    LLAMA3_JSON = "llama3_json"  # <|python_tag|>{...} or a bare JSON object (Llama 3.x)
-    MISTRAL = "mistral"  # [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...}
-    HARMONY = "harmony"  # gpt-oss: <|channel|>commentary to=functions.NAME ...<|message|>{...}
-
-
-@attrs.frozen
-class OutputFormat:
-    """What to look for in one model's output.
-
-    ``reasoning`` holds the (start, end) markers of a reasoning block, ``None`` when the
-    family has none. ``tool_syntax`` is ``None`` when no syntax we parse applies.
-    ``starts_in_thinking`` is true when the rendered prompt ends inside an open reasoning
-    block, so generation begins as reasoning.
-    """
-
-    reasoning: tuple[str, str] | None = ("<think>", "</think>")
-    tool_syntax: ToolSyntax | None = None
-    starts_in_thinking: bool = False
 
 
 @attrs.frozen

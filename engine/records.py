@@ -1,12 +1,10 @@
-"""The records a local turn's generation hands to the pipeline's stages.
+"""Where a local turn's generation puts its output (:class:`TokenSink`), and the records
+it hands to the pipeline's stages.
 
-The model's generation runs in a thread; the ``engine`` stage relays what it produces
-to the ``output_parse`` stage. Between them travel plain records, defined here so that
-neither the model (which produces them) nor the worker stages (which consume them)
-import each other: a :class:`GenerationStart` first (made by the worker from the prepared
-turn, on the trio side), then one ``str`` per generated token (possibly empty: half of a
-UTF-8 character, a control token that is not part of the output format, or text held
-back by a stop-sequence check), at most one :class:`Held`, then a :class:`GenerationEnd`.
+The records (:class:`GenerationStart`, one ``str`` per token, at most one :class:`Held`,
+a :class:`GenerationEnd`) are declared in :mod:`cuca.generation`, on the turn's own floor,
+where the points table names them without importing the engine; they are re-exported
+here, where the engine's modules and its readers have always found them.
 """
 
 from __future__ import annotations
@@ -14,48 +12,11 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-import attrs
-
-from cuca.types import PromptCacheUsage, UnifiedRequest
-
-from .formats import OutputFormat
+from cuca.generation import GenerationEnd as GenerationEnd
+from cuca.generation import GenerationStart as GenerationStart
+from cuca.generation import Held as Held
 
 __all__ = ["GenerationEnd", "GenerationStart", "Held", "TokenSink"]
-
-
-@attrs.frozen
-class GenerationStart:
-    """Sent before the first token: how to parse the output of this turn, and the
-    request as sent (``None`` only in the record a sink's ``start`` receives, which the
-    worker does not need: it knows the format from the prepared turn)."""
-
-    output_format: OutputFormat
-    thinking_enabled: bool
-    request: UnifiedRequest | None = None
-
-
-class Held(str):
-    """Text a stop-sequence check held back (it might have begun a stop sequence) and
-    sends when the answer ends without one: the end of earlier tokens' text, not a token
-    of its own."""
-
-    __slots__ = ()
-
-
-@attrs.frozen
-class GenerationEnd:
-    """Sent after the last token.
-
-    ``finish_reason``: ``"stop"`` (an end-of-generation token), ``"stop_sequence"``
-    (one of the request's stop sequences), ``"length"`` (``max_tokens`` reached),
-    ``"context_length"`` (the context is full) or ``"cancelled"`` (the stream was
-    dropped). A character cut in half by the last token
-    is not sent at all (no U+FFFD); its tokens count in ``completion_tokens``.
-    """
-
-    prompt_cache_usage: PromptCacheUsage
-    completion_tokens: int
-    finish_reason: str
 
 
 class TokenSink(Protocol):

@@ -12,24 +12,21 @@ stage that sent it.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args
+from typing import Any, Generic, TypeAlias, TypeVar, get_args
 
 import attrs
 
 from cuca.errors import CucaError
-from cuca.turn import EndOfTurn
+from cuca.generation import GenerationEnd, GenerationStart
+from cuca.turn import EndOfTurn, Item
 from cuca.types import Block, UnifiedRequest
 
 from .items import EncodedRequest, ResponseHead
 from .sse import SseEvent
 
-if TYPE_CHECKING:
-    from cuca.engine import GenerationEnd, GenerationStart
-    from cuca.turn import Item
-
-    EngineRecord = GenerationStart | str | GenerationEnd
+EngineRecord: TypeAlias = GenerationStart | str | GenerationEnd
+"""What the ``engine`` point writes and ``output_parse`` reads (:mod:`cuca.generation`)."""
 
 __all__ = [
     "CHUNK_HOOKS",
@@ -51,10 +48,6 @@ __all__ = [
 In = TypeVar("In")
 Out = TypeVar("Out")
 
-TypeSpec = type | str
-"""A type, or ``"module:name"`` for one imported on first use (the engine's records)."""
-
-
 @attrs.frozen
 class Point(Generic[In, Out]):
     """A built-in stage of a turn: its name, what it reads and writes (for people and
@@ -64,30 +57,18 @@ class Point(Generic[In, Out]):
     reads: str
     writes: str
     what: str
-    accepts: tuple[TypeSpec, ...] = attrs.field(repr=False)
+    accepts: tuple[type, ...] = attrs.field(repr=False)
 
     def accepted_types(self) -> tuple[type, ...]:
         """The types of the items this stage reads."""
-        return tuple(_resolve(spec) for spec in self.accepts)
+        return self.accepts
 
     def __str__(self) -> str:
         return self.name
 
 
-def _resolve(spec: TypeSpec) -> type:
-    if isinstance(spec, type):
-        return spec
-    module, _, name = spec.partition(":")
-    resolved: type = getattr(importlib.import_module(module), name)
-    return resolved
-
-
-_ITEMS: tuple[TypeSpec, ...] = (*get_args(Block), CucaError, EndOfTurn)
-_RECORDS: tuple[TypeSpec, ...] = (
-    "cuca.engine:GenerationStart",
-    str,
-    "cuca.engine:GenerationEnd",
-)
+_ITEMS: tuple[type, ...] = (*get_args(Block), CucaError, EndOfTurn)
+_RECORDS: tuple[type, ...] = (GenerationStart, str, GenerationEnd)
 _BLOCKS = "blocks, non-fatal `CucaError`s, then an `EndOfTurn`"
 
 REQUEST_HOOKS: Point[UnifiedRequest, UnifiedRequest] = Point(

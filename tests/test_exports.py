@@ -69,6 +69,7 @@ SUBMODULES = {
     "Any",
     "batches",
     "batch_wire",
+    "generation",
 }
 
 CUCA = {
