@@ -296,6 +296,8 @@ def local_part(texts_count: int, threads_count: int) -> None:
     cpu_median = {name: statistics.median(cpus[name]) for name in names}
     pairs = zip(walls["cuca"], walls["llama-cpp-python"], strict=True)
     paired = statistics.median(mine / theirs for mine, theirs in pairs)
+    pairs = zip(cpus["cuca"], cpus["llama-cpp-python"], strict=True)
+    paired_cpu = statistics.median(mine / theirs for mine, theirs in pairs)
     print(f"{shown} (load average {os.getloadavg()[0]:.2f} at the end):")
     print("                                  all texts   median call   median call CPU")
     for label, name in (
@@ -312,7 +314,7 @@ def local_part(texts_count: int, threads_count: int) -> None:
         f"  ratio cuca / llama-cpp-python  {total['cuca'] / total[names[0]]:8.3f}x  "
         f"{ratio:10.3f}x  {cpu_ratio:12.3f}x"
     )
-    print(f"  median of the calls' ratios    {paired:8.3f}x")
+    print(f"  median of the calls' ratios    {paired:8.3f}x  {'':10}   {paired_cpu:12.3f}x")
     print(f"  vectors equal bit for bit      {same}")
 
 
