@@ -17,11 +17,12 @@ there or at ``$LITELLM_PROXY_BIN``)::
    other off). 1 and 4 concurrent streaming clients, the official ``openai`` SDK as the
    client (``AsyncOpenAI`` under asyncio), the same four prompts, ``max_tokens``,
    temperature 0. Per request: the time to first token (the first chunk carrying text),
-   and its generated tokens from the usage the server reports. Per run: the aggregate
-   decode rate, every request's tokens over the wall time from the first request sent to
-   the last token received. The servers alternate across rounds (each round starts with
-   the next one); the figures are medians (TTFT: over every request of every round;
-   tokens/s: over the rounds).
+   and its generated tokens from the usage the server reports (llama_cpp.server sends
+   none in a stream: its text chunks are counted, one token each, and marked so). Per
+   run: the aggregate decode rate, every request's tokens over the wall time from the
+   first request sent to the last token received, and each server's CPU per token. The
+   servers alternate across rounds (each round starts with the next one); the figures
+   are medians (TTFT: over every request of every round; the rest: over the rounds).
 2. **Gateway** (``--only gateway``): a loopback replay server (``cuca.testing``, in a
    child process) streams an OpenAI chat transcript, one SSE frame per write, one write
    every ``PACE`` seconds, as a model's tokens arrive. In front of it: ``cuca serve
@@ -212,8 +213,9 @@ class Answer:
     sent: float
     first: float
     end: float
-    tokens: int  # completion_tokens from the usage the server reported
+    tokens: int  # completion_tokens from the usage the server reported, else chunks
     text: str
+    counted: bool  # no usage in the stream (llama_cpp.server): tokens are its chunks
 
 
 async def _stream(client: Any, model: str, prompt: str, max_tokens: int) -> Answer:
@@ -234,8 +236,9 @@ async def _stream(client: Any, model: str, prompt: str, max_tokens: int) -> Answ
                 first = first or time.perf_counter()
                 text.append(chunk.choices[0].delta.content)
     end = time.perf_counter()
-    tokens = usage.completion_tokens if usage is not None else -1
-    return Answer(sent, first or end, end, tokens, "".join(text))
+    if usage is None:  # llama_cpp.server ignores stream_options; one token per chunk
+        return Answer(sent, first or end, end, len(text), "".join(text), True)
+    return Answer(sent, first or end, end, usage.completion_tokens, "".join(text), False)
 
 
 async def _concurrent(base_url: str, model: str, clients: int, max_tokens: int) -> list[Answer]:
@@ -256,6 +259,7 @@ class EngineRow:
     cpu: list[float] = field(default_factory=list)  # the server's CPU seconds per token
     loads: list[float] = field(default_factory=list)
     tokens: set[int] = field(default_factory=set)
+    counted: bool = False
     texts: dict[str, str] = field(default_factory=dict)
 
 
@@ -270,6 +274,7 @@ def measure_engine(server: Server, clients: int, max_tokens: int, row: EngineRow
     row.ttfts += [a.first - a.sent for a in answers]
     row.loads.append(load())
     row.tokens.update(a.tokens for a in answers)
+    row.counted |= any(a.counted for a in answers)
     for prompt, answer in zip(PROMPTS, answers, strict=False):
         row.texts.setdefault(prompt, answer.text)
 
@@ -309,7 +314,9 @@ def report_engine(names: list[str], rows: dict[tuple[str, int], EngineRow]) -> N
     for clients in CLIENTS:
         for name in names:
             row = rows[name, clients]
-            tokens = ",".join(str(t) for t in sorted(row.tokens))
+            tokens = ",".join(str(t) for t in sorted(row.tokens)) + (
+                " chunks" if row.counted else ""
+            )
             print(
                 f"{name:<18}{clients:>8}{statistics.median(row.ttfts) * 1000:>13.0f}"
                 f"{statistics.median(row.rates):>11.1f}"
