@@ -84,6 +84,13 @@ def stage(module: str, tests: list[str]) -> Path:
     for folder, target in MAPPED.items():
         shutil.copytree(ROOT / folder, where / target, ignore=skip)
     shutil.copytree(ROOT / "tests", where / "tests", ignore=skip)
+    configure(where, module, tests)
+    return where
+
+
+def configure(where: Path, module: str, tests: list[str]) -> None:
+    """The staging tree's pyproject.toml: the project's, with this module's mutmut
+    settings (the test files as ``modules.toml`` lists them now)."""
     settings = {
         "source_paths": ["cuca"],
         "only_mutate": [staged(module)],
@@ -101,7 +108,6 @@ def stage(module: str, tests: list[str]) -> Path:
     lines = [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
     text = (ROOT / "pyproject.toml").read_text() + "\n[tool.mutmut]\n" + "\n".join(lines) + "\n"
     (where / "pyproject.toml").write_text(text)
-    return where
 
 
 def functions(path: Path) -> dict[str, list[str]]:
@@ -133,10 +139,13 @@ def function_of(name: str) -> str:
     return re.sub(r"__mutmut_\d+$", "", last).strip("ǁ").replace("ǁ", ".")
 
 
-def refresh(where: Path, module: str) -> None:
+def refresh(where: Path, module: str, tests: list[str]) -> None:
     """The tests, and the package but the mutated module, as they are now, in the
     staging tree and its ``mutants/`` copy (the rest of the package may have moved
-    since: the tests must import the code they were written for)."""
+    since: the tests must import the code they were written for), and the module's
+    test files as ``modules.toml`` lists them now (a new test file is run too: mutmut
+    finds its tests new, and learns which functions they call)."""
+    configure(where, module, tests)
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
     for base in (where, where / "mutants"):
         shutil.copytree(ROOT / "tests", base / "tests", ignore=skip, dirs_exist_ok=True)
@@ -169,7 +178,7 @@ def run(module: str, tests: list[str], children: int, mode: str) -> dict[str, ob
         if (where / staged(module)).read_text() != (ROOT / module).read_text():
             raise SystemExit(f"{module} changed since its last run: run it again whole")
         names = survivors(where, module)
-        refresh(where, module)
+        refresh(where, module, tests)
     else:
         where = stage(module, tests)
     log = where / "mutmut.log"
