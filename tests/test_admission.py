@@ -123,6 +123,8 @@ def test_estimate_tokens_is_the_texts_length_over_four_rounded_up() -> None:
     for length, tokens in [(1, 1), (4, 1), (5, 2), (8, 2), (9, 3)]:
         request = UnifiedRequest.new("m").add_user_message("x" * length)
         assert estimate_tokens(request) == tokens, length
+    two = UnifiedRequest.new("m").add_user_message("abcd").add_assistant_message("efgh")
+    assert estimate_tokens(two) == 2  # every message's text, summed
 
 
 def test_estimate_tokens_counts_every_kind_of_text_and_an_image_as_1000() -> None:

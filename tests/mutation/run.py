@@ -171,6 +171,7 @@ def run(module: str, tests: list[str], children: int, mode: str) -> dict[str, ob
     started = time.monotonic()
     where = ROOT / ".cache" / "mutate" / module.replace("/", "_").removesuffix(".py")
     names: list[str] = []
+    before: dict[str, int | None] = {}
     again = mode == "again"
     if mode == "score":
         pass
@@ -178,6 +179,8 @@ def run(module: str, tests: list[str], children: int, mode: str) -> dict[str, ob
         if (where / staged(module)).read_text() != (ROOT / module).read_text():
             raise SystemExit(f"{module} changed since its last run: run it again whole")
         names = survivors(where, module)
+        meta = where / "mutants" / (staged(module) + ".meta")
+        before = json.loads(meta.read_text())["exit_code_by_key"]
         refresh(where, module, tests)
     else:
         where = stage(module, tests)
@@ -190,7 +193,15 @@ def run(module: str, tests: list[str], children: int, mode: str) -> dict[str, ob
         if done.returncode != 0:
             raise SystemExit(f"{module}: mutmut failed (exit {done.returncode}); see {log}")
     meta = where / "mutants" / (staged(module) + ".meta")
-    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    table = json.loads(meta.read_text())
+    codes: dict[str, int | None] = table["exit_code_by_key"]
+    if names:
+        # mutmut may make the module's mutants again (and forget their verdicts) when
+        # the tests change: the mutants killed before are killed still (tests are only
+        # added), the survivors have this run's verdict
+        codes = {**before, **{name: codes.get(name) for name in names}}
+        table["exit_code_by_key"] = codes
+        meta.write_text(json.dumps(table))
     known = [e for e in equivalents() if e.module == module]
     bodies = functions(where / "mutants" / staged(module))
     alive, equivalent, odd = [], [], []
