@@ -473,3 +473,90 @@ async def test_store_sqlite_sweeps_expired_rows_every_sweep_every_sets(
     await store.aclose()
     assert await store.get("2:2") == 2  # opened again
     await store.aclose()
+
+
+class Clock:
+    """A wall clock the test moves (the stores' times are ``time.time()``)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
+async def test_store_memory_keeps_a_value_for_its_ttl_and_no_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ttl`` seconds after it was written a value is gone (read, it is dropped from
+    memory), a moment before it is there; without a ttl it stays until deleted; an
+    update's ttl counts from the update; storing ``None`` deletes the key."""
+    from cuca.store import MemoryStore, memory
+
+    clock = Clock(1000.0)
+    monkeypatch.setattr(memory, "time", clock)
+    store = MemoryStore()
+    await store.set("a", 1, ttl=5)
+    await store.set("kept", 2)
+    clock.now = 1004.999
+    assert await store.get("a") == 1
+    clock.now = 1005.0
+    assert await store.get("a") is None
+    assert repr(store) == "MemoryStore(1 keys)"  # the expired value read is dropped
+    assert await store.update("b", lambda old: (old or 10, old), ttl=5) is None
+    clock.now = 1009.0
+    assert await store.update("b", lambda old: (old + 1, old), ttl=5) == 10
+    clock.now = 1013.0
+    assert await store.get("b") == 11  # 4 s after the last update
+    clock.now = 1e9
+    assert await store.get("kept") == 2
+    await store.set("kept", None)
+    assert await store.get("kept") is None and await store.get("b") is None
+    assert repr(store) == "MemoryStore(0 keys)"
+
+
+async def test_store_memory_sweeps_expired_values_every_sweep_every_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SWEEP_EVERY``: the values expired (their ttl over, to the instant) that no one
+    reads again are dropped by every SWEEP_EVERY-th write (here 3), not before, the
+    count starting again after each sweep; with more live values than that, the next
+    sweep waits as many writes as there are values (a write costs O(1), amortized). A
+    value without a ttl is never swept."""
+    from cuca.store import MemoryStore, memory
+
+    clock = Clock(1000.0)
+    monkeypatch.setattr(memory, "time", clock)
+    monkeypatch.setattr(memory, "SWEEP_EVERY", 3)
+    store = MemoryStore()
+
+    def keys() -> int:
+        return int(repr(store).removeprefix("MemoryStore(").removesuffix(" keys)"))
+
+    counts = []
+    for round_ in range(3):  # writes 1-3, 4-6, 7-9: a sweep at the 3rd, 6th and 9th
+        for n in range(3):
+            if n == 2:
+                clock.now += 2  # the two before expire now
+            await store.set(f"{round_}:{n}", n, ttl=2 if n < 2 else 60)
+            counts.append(keys())
+    assert counts == [1, 2, 1, 2, 3, 2, 3, 4, 3]
+    # 3 live values: a sweep at the 3rd write from here (3 = max(SWEEP_EVERY, 3))
+    await store.set("x", 0, ttl=2)
+    clock.now += 2
+    await store.set("y", 0, ttl=60)
+    assert keys() == 5  # x expired, not swept yet
+    await store.set("z", 0, ttl=60)
+    assert keys() == 5  # swept: x gone, z in; now 5 live values
+    for n in range(4):  # the next sweep after 5 writes, not 3
+        await store.set(f"e{n}", n, ttl=2)
+    clock.now += 2
+    assert keys() == 9
+    await store.set("w", 0, ttl=60)
+    assert keys() == 6
+    await store.set("forever", 0)  # 6 live values: a sweep at the 6th write
+    for n in range(5):
+        await store.set(f"f{n}", n, ttl=60)
+    assert keys() == 12 and await store.get("forever") == 0
+    await store.set("absent", None)  # None deletes: a key that was never there too
+    assert await store.get("0:0") is None and await store.get("0:2") == 2
