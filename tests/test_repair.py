@@ -14,7 +14,10 @@ from support.wire_replies import FAMILIES, TEXT_FAMILIES, Family
 
 from cuca import (
     ConfigurationError,
+    CucaError,
     OutputValidationError,
+    PromptCacheUsage,
+    TokenUsage,
     ToolResult,
     UnifiedRequest,
 )
@@ -171,3 +174,73 @@ async def test_repair_refuses_a_negative_count_and_quotes_the_error_back() -> No
         "Your answer does not fit the required JSON Schema: 99 is greater than the maximum "
         "of 60. Answer again with only the corrected JSON."
     )
+
+
+def scripted(*answers: tuple[str, tuple[CucaError, ...], PromptCacheUsage | None]) -> Any:
+    """A turn function answering with each (text, errors, prompt cache usage) in turn,
+    and the requests it was given (what ``repaired`` runs: a client's one turn)."""
+    from cuca import ProviderEndpoint, UnifiedMessage, UnifiedResponse
+    from cuca.stream import Completion
+    from cuca.types import MessageRole, Text
+
+    asked: list[UnifiedRequest] = []
+
+    async def turn(request: UnifiedRequest) -> Completion:
+        text, errors, cache = answers[len(asked)]
+        asked.append(request)
+        response = UnifiedResponse(
+            ProviderEndpoint.OPENAI, "m", TokenUsage(10, 5), prompt_cache_usage=cache
+        )
+        message = UnifiedMessage(MessageRole.ASSISTANT, (Text(text),))
+        return Completion(message, errors, response)
+
+    turn.asked = asked  # type: ignore[attr-defined]
+    return turn
+
+
+async def test_repair_zero_is_one_turn_as_before_even_without_a_schema() -> None:
+    """docs/structured-output.md: ``repair=0`` (the default) is one turn as before: a
+    misfit stays an error of the completion, nothing is sent back, and no output schema
+    is needed (FallbackClient.generate runs every turn through ``repaired``)."""
+    from cuca.repair import repaired
+
+    misfit = OutputValidationError("99 is greater than the maximum of 60", TOO_HOT)
+    turn = scripted((TOO_HOT, (misfit,), None))
+    done = await repaired(turn, REQUEST, 0)
+    assert done.errors == (misfit,) and done.attempts == () and len(turn.asked) == 1
+    plain = UnifiedRequest.new("m").add_user_message("hi")
+    assert (await repaired(scripted(("hello", (), None)), plain, 0)).message.text() == "hello"
+
+
+async def test_repair_refusals_say_what_is_wrong() -> None:
+    from cuca.repair import repaired
+
+    with pytest.raises(ConfigurationError) as negative:
+        await repaired(scripted(), REQUEST, -1)
+    assert negative.value.message == "repair is a number of retries: 0 or more"
+    plain = UnifiedRequest.new("m").add_user_message("hi")
+    with pytest.raises(ConfigurationError) as schemaless:
+        await repaired(scripted(), plain, 1)
+    assert schemaless.value.message == "repair= needs a request with an output schema"
+
+
+async def test_repair_sums_every_tries_prompt_cache_and_keeps_the_last_tries_other_errors() -> (
+    None
+):
+    """docs/structured-output.md: the response carries ``usage`` and
+    ``prompt_cache_usage`` summed over every try (a try the prompt cache did not report
+    adds nothing); ``errors`` are the last try's non-fatal error items."""
+    from cuca.repair import repaired
+
+    misfit = OutputValidationError("99 is greater than the maximum of 60", TOO_HOT)
+    late = CucaError("a non-fatal item of the last try")
+    turn = scripted(
+        (TOO_HOT, (misfit,), PromptCacheUsage(100, 20)),
+        (TOO_HOT, (misfit,), None),
+        (FITS, (late,), PromptCacheUsage(30, 0)),
+    )
+    done = await repaired(turn, REQUEST, 2)
+    assert done.response.prompt_cache_usage == PromptCacheUsage(130, 20)
+    assert done.response.usage == TokenUsage(30, 15)
+    assert done.errors == (late,)
+    assert [a.error for a in done.attempts] == [misfit, misfit, None]
