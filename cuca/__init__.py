@@ -23,7 +23,6 @@ from ._lazy import lazy_names as _lazy_names
 from ._version import __version__ as __version__
 from .client import CucaClient as CucaClient
 from .client import PendingResponse as PendingResponse
-from .client import Timeouts as Timeouts
 from .errors import AuthenticationError as AuthenticationError
 from .errors import BatchCancelled as BatchCancelled
 from .errors import BatchError as BatchError
@@ -54,6 +53,7 @@ from .errors import ToolCallError as ToolCallError
 from .errors import ToolLoopError as ToolLoopError
 from .errors import TransportError as TransportError
 from .plugins import CucaPlugin as CucaPlugin
+from .settings import Timeouts as Timeouts
 from .stream import Attempt as Attempt
 from .stream import Completion as Completion
 from .stream import ResponseStream as ResponseStream

@@ -154,6 +154,22 @@ class HttpBackend:
             self._http = httpx.AsyncClient(timeout=self._timeout, limits=limits, trust_env=False)
         return self._http
 
+    def member(self, url: str) -> HttpBackend:
+        """The backend of one server of a pool (``base_url=[...]``) of this provider:
+        this one's connections shared (created now), no retries of its own (a failed
+        attempt moves to another server), and this one's endpoint (every URL: a cached
+        answer serves the whole pool)."""
+        from .retry import RetryPolicy
+
+        return HttpBackend(
+            attrs.evolve(self.settings, base_url=url),
+            headers=self.headers,
+            retry=RetryPolicy.never(),
+            timeout=self._timeout,
+            http=self.http(),
+            endpoint=self.endpoint,
+        )
+
     def stages(
         self, options: TurnOptions, heads: Heads | None
     ) -> dict[Point[Any, Any], Built]:
@@ -222,6 +238,12 @@ class HttpBackend:
             self.http(), with_headers(wire, self.headers), adapter.status_error, answered
         )
 
+    async def batch_call(self, call: WireCall) -> Any:
+        """Send one call of a batch job through the connection pool (the client's extra
+        headers on it; see :func:`request_call`)."""
+        status_error = self.adapter().status_error
+        return await request_call(self.http(), call, status_error, self.headers)
+
     async def aclose(self) -> None:
         """Close the connection pool, if this backend created it."""
         self._closed = True
@@ -283,6 +305,10 @@ class LocalBackend:
         return ModelInfo(
             name, local.n_ctx, trained_context=local.trained_context, source="local engine"
         )
+
+    async def request_json(self, wire: object, heads: object = None) -> Any:
+        """The engine sends no HTTP request (its embedding route computes in place)."""
+        raise ConfigurationError("the local engine sends no HTTP request")
 
     async def aclose(self) -> None:
         """Nothing to close: the model is the caller's."""

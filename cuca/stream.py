@@ -225,9 +225,10 @@ class TurnClient(Protocol):
     """What runs one turn: a :class:`~cuca.CucaClient`, a :class:`~cuca.FallbackClient`,
     a pool's member. The services (a pool, fallback, the tool loop) wrap one and are one:
     ``generate_stream`` takes the same arguments on each (the turn's own ``stages``,
-    ``retry``, ``fused`` and ``headers``, passed on to the client that answers), and so
-    do ``generate_stream_with_response``, ``generate`` (with ``repair``) and
-    ``run_tools`` where a service offers them."""
+    ``retry``, ``fused`` and ``headers``, passed on to the client that answers). The
+    calls a user makes besides (``generate_stream_with_response``, ``generate`` with
+    ``repair``, ``run_tools``) are written once over it, in :class:`cuca.calls.TurnCalls`,
+    which the clients inherit: the same arguments on every one."""
 
     def generate_stream(
         self,

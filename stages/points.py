@@ -48,6 +48,7 @@ __all__ = [
 In = TypeVar("In")
 Out = TypeVar("Out")
 
+
 @attrs.frozen
 class Point(Generic[In, Out]):
     """A built-in stage of a turn: its name, what it reads and writes (for people and

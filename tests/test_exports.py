@@ -70,6 +70,8 @@ SUBMODULES = {
     "batches",
     "batch_wire",
     "generation",
+    "calls",
+    "settings",
 }
 
 CUCA = {

@@ -18,12 +18,13 @@ from contextlib import (
     asynccontextmanager,
     nullcontext,
 )
-from typing import TYPE_CHECKING, Any, Protocol, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import attrs
 
 from cuca._block import turn_block
 from cuca.admission import TurnGate, admitted
+from cuca.calls import TurnCalls
 from cuca.errors import (
     ConfigurationError,
     CucaError,
@@ -32,15 +33,12 @@ from cuca.errors import (
     ServerError,
     TransportError,
 )
-from cuca.repair import repaired
 from cuca.retry import refused_moves_on
-from cuca.stream import Completion, PendingResponse, ResponseStream, TurnClient, collect
+from cuca.stream import ResponseStream, TurnClient
 from cuca.types import UnifiedRequest
 
 if TYPE_CHECKING:
     from cuca.retry import RetryPolicy
-    from cuca.tools.loop import ToolLoopOptions, ToolLoopStream
-    from cuca.tools.tool import Tool
     from cuca.turn import Insertion
 
 __all__ = ["FallbackClient", "default_fallback_on", "first_answer", "turn_options"]
@@ -123,10 +121,14 @@ def _noted(error: CucaError, errors: list[CucaError]) -> CucaError:
     return error
 
 
-class FallbackClient:
+class FallbackClient(TurnCalls):
     """An ordered list of clients (providers, models, servers) that answer as one.
 
-    ``generate_stream``, ``generate`` and ``run_tools`` behave as a client's. An
+    ``generate_stream``, ``generate_stream_with_response``, ``generate`` and
+    ``run_tools`` behave as a client's and take the same arguments (the last three are
+    :class:`~cuca.calls.TurnCalls`, over ``generate_stream``). ``run_tools`` falls back
+    step by step: a step may be answered by another client than the one before it
+    (signed reasoning is then replayed only to the provider that signed it). An
     entry may be a ``(client, model)`` pair: that client then gets the request with
     ``model`` in place of the request's own. A turn
     goes to the first client; if that fails before its first item reaches the caller
@@ -146,6 +148,8 @@ class FallbackClient:
     5xx) and for connect timeouts. ``retry_refused=True`` retries a refused
     connection per each client's policy first.
     """
+
+    written: ClassVar[str] = "fallback"
 
     def __init__(
         self,
@@ -205,60 +209,6 @@ class FallbackClient:
             ):
                 ran(stream)
                 yield stream
-
-    @turn_block("fallback.generate_stream_with_response(request)")
-    @asynccontextmanager
-    async def generate_stream_with_response(
-        self,
-        request: UnifiedRequest,
-        *,
-        stages: Sequence[Insertion[Any]] = (),
-        retry: RetryPolicy | None = None,
-        fused: bool | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[tuple[ResponseStream, PendingResponse]]:
-        """Like :meth:`generate_stream`, also giving a handle on the response."""
-        turn = self.generate_stream(
-            request, stages=stages, retry=retry, fused=fused, headers=headers
-        )
-        async with turn as stream:
-            yield stream, PendingResponse(stream)
-
-    async def generate(
-        self,
-        request: UnifiedRequest,
-        *,
-        stages: Sequence[Insertion[Any]] = (),
-        retry: RetryPolicy | None = None,
-        fused: bool | None = None,
-        headers: Mapping[str, str] | None = None,
-        repair: int = 0,
-    ) -> Completion:
-        """Run one turn to its end on the first client that answers, and collect it (the
-        answer parsed when the request has an output schema; ``repair`` and the turn's
-        options as :meth:`CucaClient.generate`)."""
-
-        async def turn(request: UnifiedRequest) -> Completion:
-            opened = self.generate_stream(
-                request, stages=stages, retry=retry, fused=fused, headers=headers
-            )
-            async with opened as stream:
-                return await collect(stream, request.output_schema)
-
-        return await repaired(turn, request, repair)
-
-    def run_tools(
-        self,
-        request: UnifiedRequest,
-        tools: Sequence[Tool | Callable[..., Any]],
-        **options: Unpack[ToolLoopOptions],
-    ) -> AbstractAsyncContextManager[ToolLoopStream]:
-        """The tool loop (docs/tools.md), each step falling back on its own: a step
-        may be answered by another client than the one before it (signed reasoning
-        is then replayed only to the provider that signed it)."""
-        from cuca.tools.loop import run_tools
-
-        return run_tools(self, request, tools, **options)
 
 
 def _maybe(

@@ -18,12 +18,12 @@ import enum
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
-from cuca.errors import ConnectError, CucaError
+from cuca.errors import ConfigurationError, ConnectError, CucaError
 from cuca.routing.fallback import (
     FallbackOn,
     NextClient,
@@ -35,6 +35,9 @@ from cuca.routing.fallback import (
 from cuca.stream import ResponseStream, TurnClient
 from cuca.turn import Insertion
 from cuca.types import UnifiedRequest
+
+if TYPE_CHECKING:
+    from cuca.retry import RetryPolicy
 
 __all__ = ["MemberClient", "PoolPolicy", "PoolState"]
 
@@ -146,11 +149,19 @@ class Pool:
     async def generate_stream(
         self,
         request: UnifiedRequest,
+        *,
         stages: Sequence[Insertion[Any]] = (),
+        retry: RetryPolicy | None = None,
+        fused: bool | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[ResponseStream]:
         """Stream one turn from the first member that answers (``stages`` and
-        ``headers`` are the turn's own)."""
+        ``headers`` are the turn's own; ``retry`` and ``fused`` are refused: a pool
+        retries on its other servers, and its turns run as its client's)."""
+        if retry is not None:
+            raise ConfigurationError("a pool retries on its other servers: see PoolPolicy")
+        if fused is not None:
+            raise ConfigurationError("a pool's turns run as its client's: set fused there")
         state, policy = self.state, self.state.policy
         tried: list[Member] = []
         limit = policy.attempts or len(state.members)
