@@ -8,7 +8,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-import trio
 from support.transcripts import transcript
 
 from cuca import (
@@ -189,15 +188,30 @@ async def test_cache_hit_dropped_mid_way_is_clean() -> None:
     assert len(server.requests) == 1
 
 
-async def test_cache_ttl_and_max_entries() -> None:
-    cache = ResponseCache(ttl=0.2, max_entries=2)
+class StandingTime:
+    """``time.time`` for the memory store and the cache: it moves only when told, so
+    an entry expires when the test says, however slow the machine."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+
+async def test_cache_ttl_and_max_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cuca.store import memory
+
+    clock = StandingTime()
+    monkeypatch.setattr(memory, "time", clock)
+    cache = ResponseCache(ttl=0.2, max_entries=2, clock=clock.time)
     requests = [REQUEST.add_user_message(str(n)) for n in range(3)]
     async with open_replay_server(TEXT) as server, client(server.url, cache) as c:
         for request in requests:
             await c.generate(request)
         assert not (await c.generate(requests[0])).response.cached  # evicted: oldest
         assert (await c.generate(requests[2])).response.cached
-        await trio.sleep(0.3)
+        clock.now += 0.3
         assert not (await c.generate(requests[2])).response.cached  # expired
     assert len(server.requests) == 5
 

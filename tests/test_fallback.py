@@ -201,10 +201,12 @@ async def test_fallback_does_not_move_on_a_bad_request_inside_the_stream() -> No
     assert (info.value.status, info.value.provider) == (400, "anthropic")
 
 
-async def test_fallback_moves_on_at_once_on_a_refused_connection() -> None:
+async def test_fallback_moves_on_at_once_on_a_refused_connection(autojump_clock: object) -> None:
     """A dead server, then a live one, with the default retry policy (2 retries, 0.5 s
     backoff): the live server has the turn within 50 ms of the refusal, not after the
-    dead client's backoff (1.3 to 1.6 s before)."""
+    dead client's backoff (1.3 to 1.6 s before). The clock is trio's mock one, which
+    moves only by the sleeps a backoff would take: the verdict never depends on how
+    busy the machine is."""
     arrived: list[float] = []
 
     def live(_request: Any) -> Reply:
@@ -222,7 +224,7 @@ async def test_fallback_moves_on_at_once_on_a_refused_connection() -> None:
     assert arrived[-1] - started < 0.05
 
 
-async def test_fallback_retry_refused_keeps_each_clients_retries() -> None:
+async def test_fallback_retry_refused_keeps_each_clients_retries(autojump_clock: object) -> None:
     arrived: list[float] = []
 
     def live(_request: Any) -> Reply:

@@ -86,27 +86,34 @@ async def test_rate_limiter_cancelled_waiter_leaves_the_queue(autojump_clock: Mo
     assert trio.current_time() - start == pytest.approx(0.9)
 
 
-async def test_rate_limiter_max_wait_refuses_with_the_limit_and_the_wait() -> None:
-    limiter = RateLimiter(requests_per_minute=6, max_wait=1.0)  # one per 10 s
-    await limiter.admit(REQUEST)
+async def test_rate_limiter_max_wait_refuses_with_the_limit_and_the_wait(
+    mock_clock: MockClock,
+) -> None:
+    # trio's clock stands still: the second turn asks at the very moment of the first,
+    # so it would wait the whole 10 s, however slow the machine
+    limiter = RateLimiter(requests_per_minute=6, max_wait=1.0, clock=trio.current_time)
+    await limiter.admit(REQUEST)  # one per 10 s
     with pytest.raises(RateLimitExceeded) as caught:
         await limiter.admit(REQUEST)
     error = caught.value
     assert error.limit == "requests_per_minute"
-    assert error.wait is not None and 9.0 < error.wait <= 10.0
+    assert error.wait == pytest.approx(10.0, abs=1e-9)
     assert "past max_wait=1.0 s" in str(error)
 
 
-async def test_rate_limiter_max_wait_zero_names_the_rate_not_a_free_slot() -> None:
+async def test_rate_limiter_max_wait_zero_names_the_rate_not_a_free_slot(
+    mock_clock: MockClock,
+) -> None:
     """max_concurrent=4 with one turn in flight: a slot is free, the rate is what holds
     the second turn; the refusal says so (it said 'max_concurrent=4 turns stayed in
-    flight')."""
-    limiter = RateLimiter(requests_per_minute=1, max_concurrent=4, max_wait=0)
+    flight'). Trio's clock stands still: the wait is the whole minute."""
+    limiter = RateLimiter(requests_per_minute=1, max_concurrent=4, max_wait=0,
+                          clock=trio.current_time)
     await limiter.admit(REQUEST)
     with pytest.raises(RateLimitExceeded) as caught:
         await limiter.admit(REQUEST)
     assert caught.value.limit == "requests_per_minute"
-    assert caught.value.wait is not None and 59.0 < caught.value.wait <= 60.0
+    assert caught.value.wait == pytest.approx(60.0, abs=1e-9)
     assert await lease_count(limiter) == 1  # the refused turn's slot went back
 
 
@@ -136,11 +143,13 @@ async def test_rate_limiter_max_wait_bounds_the_whole_wait(autojump_clock: MockC
     assert await lease_count(limiter) == 0
 
 
-async def test_rate_limiter_max_waiters_refuses_the_next_waiter() -> None:
-    limiter = RateLimiter(requests_per_minute=60, max_waiters=1)
+async def test_rate_limiter_max_waiters_refuses_the_next_waiter(
+    autojump_clock: MockClock,
+) -> None:
+    limiter = RateLimiter(requests_per_minute=60, max_waiters=1, clock=trio.current_time)
     await limiter.admit(REQUEST)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(limiter.admit, REQUEST)  # waits ~1 s
+        nursery.start_soon(limiter.admit, REQUEST)  # waits 1 s (of the mock clock)
         await trio.sleep(0.05)
         with pytest.raises(RateLimitExceeded, match="1 turns are already waiting") as caught:
             await limiter.admit(REQUEST)
@@ -238,7 +247,7 @@ async def test_rate_limiter_turns_cancelled_at_random_times_never_leak() -> None
                     nursery.start_soon(turn, rng.uniform(0.0, 0.5))
             assert await lease_count(limiter) == 0, "a cancelled turn kept its slot"
             assert limiter.waiting == 0
-        with trio.fail_after(5):
+        with trio.fail_after(60):  # a guard against a hang, not a measure
             async with trio.open_nursery() as nursery:
                 for _ in range(2):
                     nursery.start_soon(c.generate, REQUEST)
@@ -274,17 +283,20 @@ async def test_rate_limiter_fail_open_turn_gives_its_slot_back() -> None:
     assert await lease_count(limiter) == 0, "the fail_open turn kept its slot"
 
 
-async def test_rate_limiter_charges_exact_output_tokens() -> None:
+async def test_rate_limiter_charges_exact_output_tokens(mock_clock: MockClock) -> None:
     """46 completion tokens against 30 a minute: they drain in 92 s, a minute's worth
     may be outstanding, so the next turn would wait 32 s (refused: max_wait=0). Before
     the first turn's usage came back, nothing was owed."""
-    limiter = RateLimiter(output_tokens_per_minute=30, max_wait=0)
+    # clocks that stand still: no drain between the two turns, and no time spent on the
+    # second turn's admission (the refusal names the wait plus what admission took),
+    # however slow the machine
+    limiter = RateLimiter(output_tokens_per_minute=30, max_wait=0, clock=lambda: 1000.0)
     async with open_replay_server(TEXT) as server, client(server.url, limiter) as c:
         await c.generate(REQUEST)
         with pytest.raises(RateLimitExceeded) as caught:
             await c.generate(REQUEST)
     assert caught.value.limit == "output_tokens_per_minute"
-    assert caught.value.wait == pytest.approx(32.0, abs=0.5)
+    assert caught.value.wait == pytest.approx(32.0, abs=1e-6)
     assert len(server.requests) == 1
 
 
@@ -309,54 +321,65 @@ async def test_rate_limiter_paused_by_openai_headers_for_every_sharer() -> None:
         ("x-ratelimit-remaining-tokens", "5000"),
     ]
     limiter = RateLimiter(requests_per_minute=6000)
-    replies = [Reply(transcript("openai/text"), headers=headers), TEXT]
-    async with open_replay_server(replies) as server:
+    arrivals = Arrivals([Reply(transcript("openai/text"), headers=headers), TEXT])
+    async with open_replay_server(arrivals) as server:
         async with client(server.url, limiter) as a, client(server.url, limiter) as b:
             await a.generate(REQUEST)
-            start = trio.current_time()
             await b.generate(REQUEST)  # another client, same limiter: paused
-            waited = trio.current_time() - start
-    assert waited >= 0.5, f"the second turn went after {waited:.3f} s"
+    # the pause runs from the answer's headers, which came after the first request
+    # arrived: however slow the machine, the second arrives 600 ms after the first
+    first, second = arrivals.times
+    assert second - first >= 0.6, f"the second turn arrived {second - first:.3f} s later"
 
 
 async def test_rate_limiter_paused_by_anthropic_headers() -> None:
     import datetime
 
-    reset = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=3)
-    headers = [
-        ("content-type", "text/event-stream"),
-        ("anthropic-ratelimit-requests-remaining", "0"),
-        ("anthropic-ratelimit-requests-reset", reset.isoformat().replace("+00:00", "Z")),
-    ]
     limiter = RateLimiter()
     request = UnifiedRequest.new("claude-sonnet-4-5").add_user_message("Hi").set_max_tokens(64)
     answer = transcript("anthropic/text")
-    replies = [Reply(answer, headers=headers), Reply(answer)]
+    arrived: list[float] = []  # wall-clock times, as the reset header is one
+    resets: list[float] = []
+
+    def replies(recorded: Any) -> Reply:
+        arrived.append(time.time())
+        if len(arrived) > 1:
+            return Reply(answer)
+        # the reset is named as the first answer goes out, so however long the client took
+        # to start, the pause is still 1.5 s ahead when it reads the headers
+        reset = datetime.datetime.fromtimestamp(arrived[0] + 1.5, datetime.UTC)
+        resets.append(reset.timestamp())
+        headers = [
+            ("content-type", "text/event-stream"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", reset.isoformat().replace("+00:00", "Z")),
+        ]
+        return Reply(answer, headers=headers)
+
     async with open_replay_server(replies) as server:
         async with CucaClient(
             ProviderEndpoint.ANTHROPIC, base_url=server.url, api_key="k", rate_limiter=limiter
         ) as c:
             await c.generate(request)
-            start = trio.current_time()
-            owed = reset.timestamp() - time.time()  # what is left of the pause, however slow
             await c.generate(request)
-            waited = trio.current_time() - start
-    assert owed > 0, "the first turn took longer than the whole pause: nothing to test"
-    assert waited >= owed - 0.05, f"the second turn went after {waited:.3f} s of {owed:.3f}"
+    # the second request waited for the reset the first answer named, not a fixed time
+    # after it (a slow first turn would eat into that)
+    early = resets[0] - arrived[1]  # (a millisecond for the two clocks' drift)
+    assert early <= 1e-3, f"the second request arrived {early:.3f} s before the reset"
 
 
 async def test_rate_limiter_paused_by_a_429_retry_after() -> None:
     limiter = RateLimiter()
     refused = Reply(b'{"error": {"message": "slow down"}}', status=429,
                     headers=[("retry-after", "1"), ("content-type", "application/json")])
-    async with open_replay_server([refused, TEXT]) as server:
+    arrivals = Arrivals([refused, TEXT])
+    async with open_replay_server(arrivals) as server:
         async with client(server.url, limiter, retry=RetryPolicy.never()) as c:
             with pytest.raises(RateLimitError):
                 await c.generate(REQUEST)
-            start = trio.current_time()
             await c.generate(REQUEST)
-            waited = trio.current_time() - start
-    assert waited >= 0.8, f"the turn after the 429 went after {waited:.3f} s"
+    refused_at, next_at = arrivals.times  # the pause runs from the 429, read after this
+    assert next_at - refused_at >= 1.0, f"the next turn arrived {next_at - refused_at:.3f} s on"
 
 
 class Arrivals:

@@ -13,6 +13,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import pytest
 import trio
 from support.transcripts import transcript
+from trio.testing import MockClock
 
 from cuca import (
     ConfigurationError,
@@ -133,7 +134,9 @@ async def test_pool_concurrent_turns_go_to_the_least_busy() -> None:
         assert [len(s.requests) for s in fleet] == [2, 2, 2]
 
 
-async def test_pool_failing_server_is_asked_once_then_cools_down() -> None:
+async def test_pool_failing_server_is_asked_once_then_cools_down(mock_clock: MockClock) -> None:
+    """The pool's clock is trio's; a mock clock that moves only when the test jumps it
+    makes the cool-down last across the four turns however slow they are."""
     async with servers(UNAVAILABLE, TEXT, TEXT) as (sick, *healthy):
         async with pool_client([sick.url, *(s.url for s in healthy)], cool_down=0.3) as client:
             text, endpoint = await answer(client)  # the first turn tries sick first
@@ -142,7 +145,7 @@ async def test_pool_failing_server_is_asked_once_then_cools_down() -> None:
             for _ in range(4):
                 await answer(client)
             assert len(sick.requests) == 1  # skipped during its cool-down
-            await trio.sleep(0.3)
+            mock_clock.jump(0.3)
             await answer(client)  # the probe, failing again, and the turn moves on
             assert len(sick.requests) == 2
         assert [len(s.requests) for s in healthy] == [3, 3]

@@ -244,12 +244,15 @@ async def test_store_turn_cancelled_during_its_update_leaks_no_slot(
                     while not store.started.is_set():
                         await trio.sleep(0.005)
                     nursery.cancel_scope.cancel()  # while its slot is being taken
-                await trio.sleep(1.0)  # any update still on its way has landed
-                state = await store.get(limiter.key)
+                # the slot comes back once the update on its way has landed and been
+                # undone: wait for that (a slot kept by nobody never comes back)
+                with trio.move_on_after(60):
+                    while (state := await store.get(limiter.key)) is None or state["l"]:
+                        await trio.sleep(0.01)
                 assert state is not None and state["l"] == {}, (
                     f"a cancelled turn's slot was never given back: {state}"
                 )
-                with trio.fail_after(5):
+                with trio.fail_after(60):  # a guard against a hang, not a measure
                     await c.generate(REQUEST)  # the one slot is free
         await store.aclose()
 
