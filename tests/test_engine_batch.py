@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -210,6 +210,19 @@ async def test_batch_a_late_turn_joins_running_ones(alone: list[Outcome]) -> Non
     assert outcomes == alone
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` (not for a delay: a busy machine takes longer to get a
+    turn there)."""
+    with trio.fail_after(60):
+        while not condition():
+            await trio.sleep(0.005)
+
+
+async def queued(model: LocalModel, count: int) -> None:
+    """Wait until ``count`` turns wait for a sequence."""
+    await until(lambda: len(model._scheduler._waiting) >= count)
+
+
 async def test_batch_turns_beyond_n_seq_wait_in_fifo_order() -> None:
     events: list[tuple[str, str]] = []
     started = trio.Event()
@@ -228,7 +241,7 @@ async def test_batch_turns_beyond_n_seq_wait_in_fifo_order() -> None:
             nursery.start_soon(turn, "a", ask("Tell me a story.", 30))
             await started.wait()
             nursery.start_soon(turn, "b", ask("Say hi.", 5))
-            await trio.sleep(0.05)
+            await queued(model, 1)  # b waits for the sequence before c asks for it
             nursery.start_soon(turn, "c", ask("Say bye.", 5))
         assert model.peak_concurrency == 1
     assert events == [
@@ -247,9 +260,12 @@ async def test_batch_cancelling_a_waiting_turn_costs_nothing(alone: list[Outcome
                 running.append(await run(model, FOUR[3]))
 
             nursery.start_soon(first)
-            await trio.sleep(0.05)
-            with trio.move_on_after(0.2) as scope:
-                await run(model, ask("A turn nobody waits for.", 50))
+            await until(lambda: bool(model._scheduler._active))  # it holds the sequence
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as waiting:
+                    waiting.start_soon(run, model, ask("A turn nobody waits for.", 50))
+                    await queued(model, 1)  # it waits for the sequence: drop it now
+                    scope.cancel()
             assert scope.cancelled_caught
         assert running == [alone[3]]
         (held,) = model.sequences()

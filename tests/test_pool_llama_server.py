@@ -5,6 +5,11 @@ After a few turns the second server is killed (SIGKILL, at a moment when no turn
 streaming from it) while the workers go on. Every turn must complete, the ones sent to
 the dead server on another one; the dead server is tried once, then again only after
 its cool-down (each attempt a single connection: a pool does not retry in place).
+
+The workers run until the dead server has been probed twice, not for a fixed number of
+turns: on a busy machine 24 turns may all fit in one cool-down (it failed once so:
+``assert len(after) >= 2``), and how many probes a fixed run sees is the machine's
+speed, not the pool's behaviour.
 """
 
 from __future__ import annotations
@@ -56,14 +61,19 @@ async def test_pool_of_llama_servers_survives_one_killed_mid_run(
         assert client._pool is not None
         dead = client._pool.state.members[1]
 
+        def probes() -> list[float]:
+            """When the dead server was tried since the kill."""
+            return [t for t, url in attempts if killed_at and t >= killed_at[0]
+                    and url == victim.url]  # fmt: skip
+
         async def worker() -> None:
-            while len(answered) < TURNS:
+            while len(answered) < TURNS or len(probes()) < 2:
                 async with client.generate_stream(REQUEST) as stream:
                     texts = [item async for item in stream if isinstance(item, Text)]
                 assert stream.response is not None and texts
                 assert stream.response.endpoint is not None
                 answered.append((trio.current_time(), stream.response.endpoint))
-                await trio.sleep(0.05)  # let the cool-down pass within the run
+                await trio.sleep(0.05)  # turns keep coming while the cool-downs pass
 
         async def killer() -> None:
             while len(answered) < TURNS_BEFORE_KILL or dead.in_flight:
@@ -88,4 +98,4 @@ async def test_pool_of_llama_servers_survives_one_killed_mid_run(
     assert after, "no turn went to the dead server after the kill"
     for earlier, later in itertools.pairwise(after):
         assert later - earlier >= COOL_DOWN
-    assert len(after) >= 2  # the run lasted past one cool-down: at least one probe
+    assert len(after) >= 2  # tried at the kill, then probed after its cool-down
