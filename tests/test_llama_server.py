@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,6 +17,7 @@ import pytest
 import trio
 from support.corpus import TEMPLATES, template_corpus
 from support.llama_server import LlamaServer, running_llama_server
+from support.recording import RecordingTransport, server_frames
 
 from cuca import (
     CucaClient,
@@ -61,63 +62,6 @@ def llama_tool_server() -> Iterator[LlamaServer]:
     args = ["--jinja", "--chat-template-file", template, "--api-key", SERVER_KEY]
     with running_llama_server(args) as server:
         yield server
-
-
-class _Tee(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, record: bytearray) -> None:
-        self._inner = inner
-        self._record = record
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            self._record.extend(chunk)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class RecordingTransport(httpx.AsyncBaseTransport):
-    """Passes requests to the network and keeps a copy of every response body.
-
-    `extra` keys are added to each JSON request body: llama-server's own parameters
-    (``grammar``) or ones cuca's request has no field for (``tool_choice``).
-    """
-
-    def __init__(self, extra: dict[str, Any] | None = None) -> None:
-        self._inner = httpx.AsyncHTTPTransport()
-        self.bodies: list[bytearray] = []
-        self.closes: list[bool] = []  # whether each request asked for Connection: close
-        self.extra = extra or {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self.extra:
-            body = {**json.loads(request.content), **self.extra}
-            headers = {k: v for k, v in request.headers.items() if k != "content-length"}
-            request = httpx.Request(request.method, request.url, headers=headers, json=body)
-        self.closes.append(request.headers.get("connection") == "close")
-        response = await self._inner.handle_async_request(request)
-        record = bytearray()
-        self.bodies.append(record)
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Tee(response.stream, record),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def server_frames(body: bytes) -> list[dict[str, Any]]:
-    """The JSON frames of a recorded event stream (by hand: no cuca code involved)."""
-    frames = []
-    for line in body.decode().splitlines():
-        if line.startswith("data: {"):
-            frames.append(json.loads(line[len("data: ") :]))
-    return frames
 
 
 def llama_client(

@@ -22,6 +22,7 @@ import pytest
 import trio
 from support.corpus import TEMPLATES, template_corpus
 from support.llama_server import LlamaServer, running_llama_server
+from support.recording import RecordingTransport, server_frames
 
 from cuca import CucaClient, ProviderEndpoint
 from cuca.providers.llamacpp.encode import LlamaCppConfig
@@ -51,64 +52,17 @@ def llama_server() -> Iterator[LlamaServer]:
         yield server
 
 
-class Recorder(httpx.AsyncBaseTransport):
-    """Passes cuca's upstream requests to llama-server, adding ``extra`` keys to each
-    JSON body, and keeps every request body sent and every response body received."""
-
-    def __init__(self, extra: dict[str, Any] | None = None) -> None:
-        self._inner = httpx.AsyncHTTPTransport()
-        self.extra = extra or {}
-        self.sent: list[dict[str, Any]] = []
-        self.received: list[bytearray] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        body = {**json.loads(request.content), **self.extra}
-        self.sent.append(body)
-        headers = {k: v for k, v in request.headers.items() if k != "content-length"}
-        request = httpx.Request(request.method, request.url, headers=headers, json=body)
-        response = await self._inner.handle_async_request(request)
-        record = bytearray()
-        self.received.append(record)
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Tee(response.stream, record),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def frames(self, n: int) -> list[dict[str, Any]]:
-        """The JSON frames llama-server streamed for request ``n`` (read by hand)."""
-        lines = self.received[n].decode().splitlines()
-        return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
-
-    def usage(self, n: int) -> dict[str, Any]:
-        (usage,) = [f["usage"] for f in self.frames(n) if f.get("usage")]
-        return dict(usage)
-
-    def deltas(self, n: int) -> list[dict[str, Any]]:
-        return [f["choices"][0]["delta"] for f in self.frames(n) if f.get("choices")]
+def _deltas(body: bytes) -> list[dict[str, Any]]:
+    return [f["choices"][0]["delta"] for f in server_frames(body) if f.get("choices")]
 
 
-class _Tee(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, record: bytearray) -> None:
-        self._inner = inner
-        self._record = record
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            self._record.extend(chunk)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+def _usage(body: bytes) -> dict[str, Any]:
+    (usage,) = [f["usage"] for f in server_frames(body) if f.get("usage")]
+    return dict(usage)
 
 
 @asynccontextmanager
-async def gateway(server: LlamaServer, recorder: Recorder) -> AsyncIterator[str]:
+async def gateway(server: LlamaServer, recorder: RecordingTransport) -> AsyncIterator[str]:
     """``cuca serve`` with every model name routed to ``server``, through ``recorder``."""
     async with httpx.AsyncClient(transport=recorder, timeout=None) as http:
         upstream = CucaClient(
@@ -142,7 +96,7 @@ async def test_serve_llama_server_anthropic_stream_thinks_first_and_hands_reason
     before the answer, and usage as llama-server counted it; handed back on the next
     turn, the block reaches llama-server as that assistant message's
     ``reasoning_content``."""
-    recorder = Recorder({"grammar": GREETING})
+    recorder = RecordingTransport({"grammar": GREETING})
     thinking = {"type": "enabled", "budget_tokens": 1024}
     ask = [{"role": "user", "content": "Say hi."}]
     async with gateway(llama_server, recorder) as url, _anthropic(url) as client:
@@ -159,7 +113,7 @@ async def test_serve_llama_server_anthropic_stream_thinks_first_and_hands_reason
         await client.messages.create(
             model="smollm2", max_tokens=32, thinking=thinking, messages=follow, extra_body=GREEDY
         )
-    sent = "".join(d.get("reasoning_content") or "" for d in recorder.deltas(0))
+    sent = "".join(d.get("reasoning_content") or "" for d in _deltas(recorder.bodies[0]))
     assert sent.strip() == "I will greet."
     assert [b.type for b in first.content] == ["thinking", "text"]
     assert first.content[0].thinking == sent
@@ -167,7 +121,7 @@ async def test_serve_llama_server_anthropic_stream_thinks_first_and_hands_reason
     assert first.content[1].text.strip() == "Hi!"
     assert first.stop_reason == "end_turn"
     assert kinds[0] == "message_start" and kinds.count("content_block_start") == 2
-    upstream = recorder.usage(0)
+    upstream = _usage(recorder.bodies[0])
     assert first.usage.output_tokens == upstream["completion_tokens"]
     cache = (first.usage.cache_read_input_tokens or 0) + (
         first.usage.cache_creation_input_tokens or 0
@@ -201,7 +155,7 @@ async def test_serve_llama_server_openai_tool_round_trip_keeps_the_servers_call_
     """The chat client's accumulator gets llama-server's tool call, id and arguments as
     llama-server sent them, with ``tool_calls`` as the finish reason and its usage; the
     result sent back reaches llama-server under that same id."""
-    recorder = Recorder()
+    recorder = RecordingTransport()
     tools = [
         {
             "type": "function",
@@ -241,12 +195,12 @@ async def test_serve_llama_server_openai_tool_round_trip_keeps_the_servers_call_
             max_tokens=16,
             temperature=0,
         )
-    server_calls = [c for d in recorder.deltas(0) for c in d.get("tool_calls") or []]
+    server_calls = [c for d in _deltas(recorder.bodies[0]) for c in d.get("tool_calls") or []]
     (server_id,) = {c["id"] for c in server_calls if c.get("id")}
     assert [(c.id, c.function.name) for c in calls] == [(server_id, "get_weather")]
     assert json.loads(calls[0].function.arguments) == {"city": "Paris"}
     assert first.choices[0].finish_reason == "tool_calls"
-    upstream = recorder.usage(0)
+    upstream = _usage(recorder.bodies[0])
     assert first.usage is not None
     assert first.usage.prompt_tokens == upstream["prompt_tokens"]
     assert first.usage.completion_tokens == upstream["completion_tokens"]
