@@ -1,12 +1,14 @@
 """The server (``cuca.serve``) under hypercorn's trio worker on loopback, with a scripted
 backend: its routes, keys, limits, errors in each wire's envelope, secrets never sent
-back, and a client's hang-up cancelling the turn before the first byte and mid-stream."""
+back, a client's hang-up cancelling the turn before the first byte and mid-stream, and
+the status the log gives each request."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -15,7 +17,7 @@ import trio
 from support.serve_backends import ScriptedBackend
 
 from cuca.errors import AuthenticationError, HttpStatusError, ServerError
-from cuca.serve import Backend, Limits, ServeApp, serve
+from cuca.serve import Backend, KeyLimits, Limits, ServeApp, serve
 from cuca.types import MessageRole, Text, Thinking, TokenUsage, ToolCall
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -34,6 +36,55 @@ async def served(app: ServeApp) -> AsyncIterator[str]:
 
 def app_for(backend: ScriptedBackend, **options: Any) -> ServeApp:
     return ServeApp({"m": Backend(backend)}, **options)
+
+
+class RequestLog(logging.Handler):
+    """The lines the operator reads: the server's one line per request (method, path,
+    status), as they are written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self._written = trio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name == "cuca.serve":  # not hypercorn's own logger beneath it
+            self.lines.append(record.getMessage())
+            self._written.set()
+
+    async def line(self, index: int) -> str:
+        """The ``index``-th line, once the server has written it."""
+        while len(self.lines) <= index:
+            self._written = trio.Event()
+            await self._written.wait()
+        return self.lines[index]
+
+
+@contextmanager
+def request_log() -> Iterator[RequestLog]:
+    logger = logging.getLogger("cuca.serve")
+    handler, level = RequestLog(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+async def raw_post(url: str, body: dict[str, Any]) -> trio.SocketStream:
+    """A connection with ``body`` posted to the chat route over it, written by hand (so
+    that the test decides when it closes)."""
+    port = int(url.rsplit(":", 1)[1])
+    data = json.dumps(body).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json"
+        f"\r\ncontent-length: {len(data)}\r\n\r\n"
+    ).encode()
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(head + data)
+    return stream
 
 
 def frames(body: bytes) -> list[tuple[str | None, Any]]:
@@ -177,37 +228,82 @@ async def test_serve_never_sends_an_upstream_key_back() -> None:
 
 
 async def _hang_up_during(backend: ScriptedBackend, body: dict[str, Any], read_first: bool) -> None:
-    async with served(app_for(backend)) as url, httpx.AsyncClient() as http:
-        with trio.fail_after(WAIT):
-            async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as answer:
-                if read_first:
-                    async for _ in answer.aiter_bytes():
-                        break
-                await backend.waiting.wait()
-            # leaving the block closed the connection: the turn is cancelled
-            await backend.cancelled.wait()
+    with request_log() as log:
+        async with served(app_for(backend)) as url, httpx.AsyncClient() as http:
+            with trio.fail_after(WAIT):
+                async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as answer:
+                    if read_first:
+                        async for _ in answer.aiter_bytes():
+                            break
+                    await backend.waiting.wait()
+                # leaving the block closed the connection: the turn is cancelled
+                await backend.cancelled.wait()
+                assert await log.line(0) == "POST /v1/chat/completions 499"
 
 
 async def test_serve_a_hang_up_during_prefill_cancels_the_turn() -> None:
     backend = ScriptedBackend([[Text("never")]], hold=True)
-    async with served(app_for(backend)) as url:
-        port = int(url.rsplit(":", 1)[1])
-        data = json.dumps({**CHAT, "stream": True}).encode()
-        head = (
-            f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json"
-            f"\r\ncontent-length: {len(data)}\r\n\r\n"
-        ).encode()
-        with trio.fail_after(WAIT):
-            stream = await trio.open_tcp_stream("127.0.0.1", port)
-            await stream.send_all(head + data)
-            await backend.waiting.wait()  # the turn runs; no byte of the answer was sent
-            await stream.aclose()
-            await backend.cancelled.wait()
+    with request_log() as log:
+        async with served(app_for(backend)) as url:
+            with trio.fail_after(WAIT):
+                stream = await raw_post(url, {**CHAT, "stream": True})
+                await backend.waiting.wait()  # the turn runs; no byte of the answer was sent
+                await stream.aclose()
+                await backend.cancelled.wait()
+                assert await log.line(0) == "POST /v1/chat/completions 499"
 
 
 async def test_serve_a_hang_up_mid_stream_cancels_the_turn() -> None:
     backend = ScriptedBackend([[Text("a")], [Text("b")]], hold_after=1)
     await _hang_up_during(backend, {**CHAT, "stream": True}, read_first=True)
+
+
+async def test_serve_logs_a_stream_that_ended_as_200_when_the_client_hangs_up_after_it() -> None:
+    """The operator's log says 200 for a stream the client read to its end, whether the
+    client hangs up the moment it has read ``[DONE]`` or keeps its connection for the
+    next request (which that connection then carries): 499 is only for a client that
+    hung up before the answer's end."""
+    backend = ScriptedBackend([[Thinking("hm")], [Text("hel"), Text("lo")]])
+    body = {**CHAT, "stream": True}
+    with request_log() as log:
+        async with served(app_for(backend)) as url:
+            with trio.fail_after(WAIT):
+                stream = await raw_post(url, body)
+                read = b""
+                while b"data: [DONE]" not in read:
+                    read += await stream.receive_some()
+                await stream.aclose()  # at once, as a client done with its answer does
+                assert await log.line(0) == "POST /v1/chat/completions 200"
+            async with httpx.AsyncClient() as http:
+                for _ in range(2):  # one connection, kept alive between the two
+                    answer = await http.post(f"{url}/v1/chat/completions", json=body)
+                    assert frames(answer.content)[-1] == (None, "[DONE]")
+            with trio.fail_after(WAIT):
+                assert [await log.line(1), await log.line(2)] == [
+                    "POST /v1/chat/completions 200"
+                ] * 2
+    assert not backend.cancelled.is_set()
+
+
+async def test_serve_keys_charge_a_streamed_turn_its_usage_not_its_reservation() -> None:
+    """A key's budget of 100 tokens: a streamed turn reserves 30 (10 prompt + 20
+    max_tokens) and uses 90 (60 + 30). It is charged 90, so the next turn (30 more)
+    is refused with the wire's 429; charged as a cancelled turn (its reservation, 30),
+    it would have been let through."""
+    backend = ScriptedBackend([[Text("ok")]], usage=TokenUsage(60, 30))
+    limits = KeyLimits(budget={"tokens": 100, "clock": lambda: 1_800_000_000.0})
+    app = ServeApp({"m": Backend(backend)}, key_limits=limits)
+    body = {**CHAT, "max_tokens": 20, "stream": True}
+    async with served(app) as url, httpx.AsyncClient(timeout=WAIT) as http:
+        first = await http.post(f"{url}/v1/chat/completions", json=body)
+        assert frames(first.content)[-1] == (None, "[DONE]")
+        (budget,) = limits.gates(b"")
+        with trio.fail_after(WAIT):
+            while (await budget.spent())["tokens"] == 0:  # settled once the turn has ended
+                await trio.sleep(0.01)
+        assert (await budget.spent())["tokens"] == 90
+        refused = await http.post(f"{url}/v1/chat/completions", json=body)
+        assert refused.status_code == 429
 
 
 async def test_serve_anthropic_stream_announces_input_tokens_when_the_backend_counts() -> None:

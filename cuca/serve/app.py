@@ -11,7 +11,10 @@ arrive, one send per batch.
 No byte is written before the turn's first item (or its end): an error before it is
 answered with the wire's status and envelope, one after it inside the stream as the
 wire sends one. A client that hangs up cancels the turn, before the first byte as
-after it: the server watches ``http.disconnect`` beside the turn and cancels it.
+after it: the server watches ``http.disconnect`` beside the turn and cancels it. Once
+the answer's last byte is handed to the server, the answer is whole: a hang-up from
+then on (hypercorn itself reports one as it closes the finished response) cancels
+nothing, and the turn ends as it ran (200 in the log, charged its usage).
 
 Secrets never leave: error texts are scrubbed of the upstream keys the server holds,
 and the log names requests, never their bodies or headers.
@@ -257,6 +260,7 @@ class _Exchange:
         self.receive = receive
         self._send = send
         self.started = False
+        self.answered = False  # the last byte of the answer was handed to the server
         self.status = 0
         self.key = b""
 
@@ -267,6 +271,7 @@ class _Exchange:
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(self, data: bytes, more: bool = False) -> None:
+        self.answered = not more
         await self._send({"type": "http.response.body", "body": data, "more_body": more})
 
     async def json(self, status: int, value: Any, scrub: bool = False) -> None:
@@ -407,7 +412,11 @@ class _Exchange:
         return end
 
     async def _watched(self, work: Callable[[], Awaitable[Any]]) -> Any:
-        """Run ``work`` while watching for the client's hang-up, which cancels it."""
+        """Run ``work`` while watching for the client's hang-up, which cancels it unless
+        the answer's last byte was already handed to the server: hypercorn puts
+        ``http.disconnect`` in the queue while it sends that byte (it closes the
+        finished response), and a client may hang up as soon as it has read
+        ``[DONE]``; the answer was whole either way."""
         result: list[Any] = []
         hung_up = False
 
@@ -415,8 +424,9 @@ class _Exchange:
             nonlocal hung_up
             while (await self.receive())["type"] != "http.disconnect":
                 pass
-            hung_up = True
-            cancel.cancel()
+            if not self.answered:
+                hung_up = True
+                cancel.cancel()
 
         with trio.CancelScope() as scope:
             async with background_nursery() as nursery:
