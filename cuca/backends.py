@@ -270,6 +270,16 @@ class LocalBackend:
         """The model (a ``ConfigurationError`` when the client was given none)."""
         return self._model()
 
+    def adapter(self) -> ProviderAdapter:
+        """None: the engine is no wire (a ``ConfigurationError``)."""
+        raise ConfigurationError("the local engine has no provider adapter")
+
+    def member(self, url: str) -> HttpBackend:
+        """None: a pool's servers are HTTP servers (a ``ConfigurationError``)."""
+        raise ConfigurationError(
+            "a pool needs one base URL or more, on an HTTP provider: the local engine has none"
+        )
+
     def embedding_route(self) -> EmbeddingRoute:
         """The model's embedding mode (:mod:`cuca.engine.embedding`)."""
         return self._model().embedding_route()

@@ -1,4 +1,4 @@
-"""The client: one connection pool, one provider, a stage pipeline per turn."""
+"""The client: a façade that chooses a backend and runs each turn through the seams."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 
 from ._block import turn_block
 from ._checks import kind
-from .calls import TurnCalls
+from .bulk import BulkCalls
 from .errors import ConfigurationError
 from .plugins import CucaPlugin
 from .settings import (
@@ -27,26 +27,21 @@ from .stream import PendingResponse, ResponseStream, TurnClient
 from .types import ModelInfo, ProviderEndpoint, TokenCount, UnifiedRequest
 
 if TYPE_CHECKING:
-    from cuca.batches import BatchJob, BatchPolling
-    from cuca.batches.job import BatchBackend
-    from cuca.embeddings import Embeddings
     from cuca.engine.model import LocalModel
     from cuca.providers.base import ProviderAdapter
     from cuca.routing.pool import Pool, PoolPolicy
     from cuca.stages.pipeline import Pipeline
-    from cuca.store import Store
     from cuca.turn import Insertion
 
     from .admission import TurnGate
     from .backends import HttpBackend, LocalBackend
     from .retry import RetryPolicy
     from .seams import BackendTurns
-    from .vectors import Pooling
 
 __all__ = ["CucaClient", "PendingResponse", "Timeouts"]
 
 
-class CucaClient(TurnCalls):
+class CucaClient(BulkCalls):
     """A client for one provider. Use it as an async context manager::
 
         async with CucaClient(provider=ProviderEndpoint.OPENAI, api_key=key) as client:
@@ -161,10 +156,6 @@ class CucaClient(TurnCalls):
         servers a turn tries)."""
         from cuca.routing.pool import Pool, PoolPolicy
 
-        from .backends import HttpBackend
-
-        if not urls or not isinstance(self._backend, HttpBackend):
-            raise ConfigurationError("a pool needs one base URL or more, on an HTTP provider")
         member = self._backend.member
         return Pool(urls, policy or PoolPolicy(), lambda url: self._over(member(url)))
 
@@ -190,10 +181,6 @@ class CucaClient(TurnCalls):
 
     def adapter(self) -> ProviderAdapter:
         """The provider adapter this client dispatches to (resolved once)."""
-        from .backends import HttpBackend
-
-        if not isinstance(self._backend, HttpBackend):
-            raise ConfigurationError("the local engine has no provider adapter")
         return self._backend.adapter()
 
     def pipeline(
@@ -260,90 +247,3 @@ class CucaClient(TurnCalls):
         (local engine), llama-server's ``/props``, else genai-prices' model data; figures
         nothing gives are ``None``."""
         return await self._backend.model_info(model)
-
-    # -- batches (cuca.batches; docs/batches.md) ---------------------------------------
-
-    async def batch(
-        self,
-        requests: Mapping[str, UnifiedRequest] | Sequence[UnifiedRequest],
-        *,
-        store: Store | None = None,
-        label: str = "cuca batch",
-        polling: BatchPolling | None = None,
-    ) -> BatchJob:
-        """Submit ``requests`` as one batch job, answered within a day at the vendor's
-        batch rate (OpenAI's Batch API, Anthropic's Message Batches, Gemini's batch
-        mode), or run as concurrent turns on the local engine. ``requests`` maps your
-        ids to requests (a sequence is numbered ``"0"``, ``"1"``...); the job is recorded
-        in ``store`` (this process's memory by default: pass a shared store for
-        ``batch_job`` to find it after a restart). A :class:`~cuca.Budget` among the
-        plugins reserves the job's projection now and is charged when its results are
-        read. See docs/batches.md."""
-        from cuca.batches.job import submit
-
-        require_trio()
-        return await submit(self._batches(), requests, store=store, label=label, polling=polling)
-
-    async def batch_job(
-        self, job_id: str, *, store: Store | None = None, polling: BatchPolling | None = None
-    ) -> BatchJob:
-        """The batch job ``job_id`` (a :attr:`BatchJob.id`), from its record in
-        ``store``: in this process or another sharing the store, after a restart."""
-        from cuca.batches.job import reattach
-
-        require_trio()
-        return await reattach(self._batches(), job_id, store=store, polling=polling)
-
-    def _batches(self) -> BatchBackend:
-        """Where this client's batches run: the wire's batch format, or the engine."""
-        if self._pool is not None:
-            raise ConfigurationError("a batch goes to one server: not to a pool of base URLs")
-        from cuca.batches.local import LocalBatches
-        from cuca.batches.wire import WireBatches
-
-        from .backends import LocalBackend
-
-        backend = self._backend
-        if isinstance(backend, LocalBackend):
-            return LocalBatches(self.generate, backend.local().n_seq)
-        batch_wire = backend.adapter().batch_wire()
-        return WireBatches(self.provider, batch_wire, backend.batch_call, self.plugins)
-
-    async def embed(
-        self,
-        inputs: str | Sequence[str],
-        *,
-        model: str = "",
-        dimensions: int | None = None,
-        pooling: Pooling | None = None,
-        batch_size: int | None = None,
-        concurrency: int = 4,
-    ) -> Embeddings:
-        """The embedding of each of ``inputs`` (one text or many), in input order, with
-        exact usage and cost where the vendor reports them (see docs/embeddings.md and
-        :func:`cuca.embeddings.embed`). ``dimensions`` shortens the vectors where the
-        model can; ``pooling`` is for the local engine's models that declare none;
-        ``batch_size`` caps the texts per request (the backend's limit is the most);
-        ``concurrency`` the requests in flight. Anthropic and DeepSeek have no
-        embedding route: a ``ConfigurationError`` before any request."""
-        from cuca.cache import ResponseCache
-        from cuca.embeddings import EmbeddingTarget, embed
-
-        require_trio()
-        if self._pool is not None:
-            raise ConfigurationError("embed runs on one server: give the client one base_url")
-        backend = self._backend
-        route, send = backend.embedding_route(), backend.request_json
-        cache = self._replay if isinstance(self._replay, ResponseCache) else None
-        target = EmbeddingTarget(
-            self.provider, route, send, self._gates, cache, backend.endpoint, self.retry
-        )
-        return await embed(
-            target,
-            inputs,
-            model=model,
-            dimensions=dimensions,
-            pooling=pooling,
-            batch_size=batch_size,
-            concurrency=concurrency,
-        )

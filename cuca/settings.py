@@ -78,6 +78,8 @@ def check_client(provider: object, base_url: object) -> None:
         raise ConfigurationError(
             f"base_url must be a string or a list of strings, not {kind(base_url)}"
         )
+    if not urls:
+        raise ConfigurationError("a pool needs one base URL or more, on an HTTP provider")
     for url in urls:
         if not url.lower().startswith(("http://", "https://")):
             raise ConfigurationError(

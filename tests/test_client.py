@@ -10,6 +10,7 @@ from support.fake_adapter import FAKE, frames
 
 from cuca import (
     AuthenticationError,
+    ConfigurationError,
     ConnectError,
     CucaClient,
     CucaPlugin,
@@ -240,6 +241,13 @@ def test_client_repr_hides_the_key() -> None:
     client = CucaClient(FAKE, api_key="sk-very-secret")
     assert "sk-very-secret" not in repr(client)
     assert "sk-very-secret" not in str(client)
+
+
+def test_client_local_engine_has_no_adapter() -> None:
+    """A local client asked for its wire adapter says it has none, as a settings error."""
+    client = CucaClient(ProviderEndpoint.LOCAL)
+    with pytest.raises(ConfigurationError, match="the local engine has no provider adapter"):
+        client.adapter()
 
 
 async def test_client_body_exception_is_not_wrapped() -> None:

@@ -71,6 +71,7 @@ SUBMODULES = {
     "batch_wire",
     "generation",
     "calls",
+    "bulk",
     "settings",
 }
 
