@@ -4,7 +4,12 @@ blocks in the same order (reasoning, text, tool calls with their ids and argumen
 the backend's signatures (opened from the server's seal where the inbound wire carries
 one; the chat wire has no place for a signature and drops it, as docs/serve.md says)
 and the same usage, whatever turn the backend gives and however its bytes are chunked
-on the way (Hypothesis; a few examples per pair, each two loopback exchanges)."""
+on the way (Hypothesis; a few examples per pair, each two loopback exchanges).
+
+llama.cpp's native ``/completion`` carries text only, and cuca reads no token counts
+from it (seed 002: ``usage`` is ``None``): through the chat and Responses wires the
+client reads no usage either (the server makes none up); the Messages wire must send
+counts, and sends 0 and 0."""
 
 from __future__ import annotations
 
@@ -30,10 +35,8 @@ from cuca.testing import (
 from cuca.types import Text, Thinking, TokenUsage, ToolCall
 
 INBOUND = ("chat", "anthropic", "responses")
-BACKENDS = ("chat", "responses", "anthropic", "gemini")
-"""The backend wires compared. llama.cpp's native /completion is not yet: cuca's own
-client reads no usage from the scripted /completion stream directly (``usage`` is
-``None``), so there is nothing to compare it with (left for the next round)."""
+BACKENDS = ("chat", "responses", "anthropic", "gemini", "llamacpp")
+"""The backend wires compared (``llamacpp``: llama.cpp's native ``/completion``)."""
 ISSUERS = {
     "anthropic": ProviderEndpoint.ANTHROPIC,
     "gemini": ProviderEndpoint.GOOGLE_GEMINI,
@@ -47,7 +50,12 @@ WORDS = st.text(alphabet="abc xyz.,é\n", min_size=1, max_size=12)
 @st.composite
 def turns(draw: st.DrawFn, backend: str) -> ScriptedTurn:
     """A turn the backend may give: reasoning (signed where the wire signs), text, up
-    to two tool calls, and its usage."""
+    to two tool calls, and its usage; text only on llama.cpp's ``/completion``."""
+    usage = TokenUsage(draw(st.integers(1, 400)), draw(st.integers(1, 200)))
+    if backend == "llamacpp":
+        return ScriptedTurn(
+            [Text(w) for w in draw(st.lists(WORDS, min_size=1, max_size=4))], usage=usage
+        )
     blocks: list[Any] = []
     if draw(st.booleans()):
         issuer = ISSUERS.get(backend)
@@ -60,7 +68,6 @@ def turns(draw: st.DrawFn, backend: str) -> ScriptedTurn:
         blocks.append(ToolCall(f"call_{index}_x", draw(st.sampled_from("fg")), arguments))
     if not blocks:
         blocks.append(Text(draw(WORDS)))
-    usage = TokenUsage(draw(st.integers(1, 400)), draw(st.integers(1, 200)))
     return ScriptedTurn(blocks, usage=usage)
 
 
@@ -115,12 +122,13 @@ def seen(blocks: Any, app: ServeApp | None, keeps_signatures: bool) -> list[tupl
     return out
 
 
-async def read(client: CucaClient) -> tuple[Any, tuple[int, int]]:
+async def read(client: CucaClient) -> tuple[Any, tuple[int, int] | None]:
     request = UnifiedRequest.new("m").add_user_message("hi")
     async with client:
         completion = await client.generate(request)
     usage = completion.response.usage
-    assert usage is not None
+    if usage is None:
+        return completion.blocks, None
     return completion.blocks, (usage.prompt_tokens, usage.completion_tokens)
 
 
@@ -137,7 +145,12 @@ async def compare(inbound: str, backend: str, turn: ScriptedTurn, sizes: list[in
             nursery.cancel_scope.cancel()
     keeps = inbound != "chat"
     assert seen(through, app, keeps) == seen(direct, None, keeps)
-    assert through_usage == direct_usage
+    if backend == "llamacpp":
+        assert direct_usage is None  # seed 002: no token counts are read
+        # the Messages wire has no way to say "not counted"
+        assert through_usage == ((0, 0) if inbound == "anthropic" else None)
+    else:
+        assert through_usage == direct_usage
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

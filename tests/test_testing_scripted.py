@@ -157,3 +157,29 @@ def test_scripted_script_refuses_what_the_wire_cannot_carry() -> None:
         Script(["hi"], "grpc")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="not int"):
         ScriptedTurn([Text("a"), 3])  # type: ignore[list-item]
+
+
+async def test_scripted_completion_stream_ends_as_llama_servers_does() -> None:
+    """The ``/completion`` script's last frame has what llama-server's has (wire.md
+    section 7): ``stop: true``, empty content, the prompt's and the answer's counts
+    and ``timings`` (cache reads, tokens evaluated, tokens predicted), and no
+    ``[DONE]`` after it."""
+    import json
+
+    import httpx
+
+    turn = ScriptedTurn(
+        ["Par", "is"], usage=TokenUsage(40, 2), prompt_cache_usage=PromptCacheUsage(32, 0)
+    )
+    async with open_scripted_server([turn], "llamacpp") as server, httpx.AsyncClient() as http:
+        body = {"prompt": "The capital of France is", "stream": True}
+        answer = await http.post(f"{server.url}/completion", json=body)
+    lines = [line for line in answer.text.split("\n") if line]
+    frames = [json.loads(line.removeprefix("data: ")) for line in lines]
+    assert [f["content"] for f in frames] == ["Par", "is", ""]
+    last = frames[-1]
+    assert last["stop"] is True and last["stop_type"] == "eos"
+    assert (last["tokens_evaluated"], last["tokens_predicted"]) == (40, 2)
+    timings = last["timings"]
+    assert (timings["cache_n"], timings["prompt_n"], timings["predicted_n"]) == (32, 8, 2)
+    assert {"prompt_ms", "predicted_ms", "predicted_per_second"} <= set(timings)

@@ -18,7 +18,9 @@ the ``openai`` package's types; what OpenAI has no field for follows seed 004:
 - ``finish_reason`` is ``tool_calls`` only when a call was written
   (:func:`~cuca.providers.serving.finish_kind`).
 - ``usage`` rides on a last chunk with ``choices: []`` when the request asked for it
-  (``stream_options.include_usage``), as OpenAI sends it; reasoning tokens in
+  (``stream_options.include_usage``) and the backend counted the turn (a turn
+  without counts has no usage chunk, and ``usage: null`` when whole), as OpenAI
+  sends it; reasoning tokens in
   ``completion_tokens_details``, cache reads and writes in ``prompt_tokens_details``
   (``cached_tokens``, ``cache_write_tokens``).
 - An error inside the stream is ``data: {"error": {...}}`` and then ``data: [DONE]``,
@@ -71,11 +73,15 @@ def new_completion_id() -> str:
     return "chatcmpl-" + secrets.token_hex(12)
 
 
-def usage_body(ending: Ending) -> dict[str, Any]:
+def usage_body(ending: Ending) -> dict[str, Any] | None:
     """The ``usage`` object of a turn: prompt and completion tokens and their total,
     cache reads as ``prompt_tokens_details.cached_tokens`` and reasoning as
-    ``completion_tokens_details.reasoning_tokens`` when known."""
+    ``completion_tokens_details.reasoning_tokens`` when known. ``None`` for a turn
+    whose backend counted nothing (llama.cpp's ``/completion`` route, as cuca reads it):
+    no count is made up."""
     usage = ending.usage
+    if usage is None and ending.prompt_cache_usage is None:
+        return None
     prompt = usage.prompt_tokens if usage is not None else 0
     output = usage.completion_tokens if usage is not None else 0
     body: dict[str, Any] = {
@@ -171,9 +177,9 @@ class ChatStream:
         self.done = True
         finish = finish_kind(ending.finish_reason, self.calls > 0)
         out = sse(self._chunk({}, finish))
-        if self.include_usage:
-            tail = {**self._chunk({}), "choices": [], "usage": usage_body(ending)}
-            out += sse(tail)
+        usage = usage_body(ending) if self.include_usage else None
+        if usage is not None:
+            out += sse({**self._chunk({}), "choices": [], "usage": usage})
         return out + _DONE
 
     def fail(self, error: BaseException) -> bytes:

@@ -10,9 +10,11 @@ the shape of llama-server's own frames (``reference/wire.md`` section 7):
   a piece.
 - The route carries text only: a Thinking item, a tool call or an image has no place
   in its frames and is not written (the client side reads the route as text).
-- The last frame has ``content: ""``, ``stop: true``, the model, the counts and
-  ``stop_type``: ``limit`` for a cut by ``n_predict``, else ``eos``. There is no
-  ``[DONE]``: the stream ends with that frame.
+- The last frame has ``content: ""``, ``stop: true``, the model, the counts,
+  ``stop_type`` (``limit`` for a cut by ``n_predict``, else ``eos``) and ``timings``
+  (the prompt's tokens read from the cache and evaluated, the tokens predicted; a
+  script has no clock, so its milliseconds are 0). There is no ``[DONE]``: the stream
+  ends with that frame.
 - An error is ``{"error": {"code", "message", "type"}}``, as a frame inside the stream
   or as the body of an error status.
 """
@@ -110,6 +112,23 @@ def _final(frame: dict[str, Any], ending: Ending, model: str) -> dict[str, Any]:
         "stopping_word": "",
         "tokens_cached": cached,
         "truncated": False,
+        "timings": _timings(frame["tokens_evaluated"], cached, frame["tokens_predicted"]),
+    }
+
+
+def _timings(prompt: int, cached: int, predicted: int) -> dict[str, Any]:
+    """llama-server's ``timings`` of a final frame: ``cache_n`` prompt tokens reused,
+    ``prompt_n`` evaluated, ``predicted_n`` generated, and the times (0: not measured)."""
+    return {
+        "cache_n": cached,
+        "prompt_n": max(prompt - cached, 0),
+        "prompt_ms": 0.0,
+        "prompt_per_token_ms": 0.0,
+        "prompt_per_second": 0.0,
+        "predicted_n": predicted,
+        "predicted_ms": 0.0,
+        "predicted_per_token_ms": 0.0,
+        "predicted_per_second": 0.0,
     }
 
 

@@ -69,9 +69,13 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def usage_body(ending: Ending) -> dict[str, Any]:
-    """The Responses ``usage`` object of a turn."""
+def usage_body(ending: Ending) -> dict[str, Any] | None:
+    """The Responses ``usage`` object of a turn; ``None`` for a turn whose backend
+    counted nothing (llama.cpp's ``/completion`` route, as cuca reads it): no count is
+    made up."""
     usage, cache = ending.usage, ending.prompt_cache_usage
+    if usage is None and cache is None:
+        return None
     prompt = usage.prompt_tokens if usage is not None else 0
     output = usage.completion_tokens if usage is not None else 0
     reasoning = usage.reasoning_tokens if usage is not None else None
