@@ -136,9 +136,11 @@ class TurnGate(Protocol):
 @attrs.frozen
 class Replay:
     """A kept turn: its blocks (as the provider's decoder produced them, before any
-    chunk hook) and what the provider reported about it."""
+    chunk hook) and what the provider reported about it. A live turn's blocks come as
+    the :class:`~cuca.recording.Recording` they were kept in as they arrived, a sequence
+    of the blocks whose plain deltas are runs of strings."""
 
-    blocks: tuple[Block, ...]
+    blocks: Sequence[Block]
     summary: TurnSummary
 
 

@@ -31,7 +31,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from itertools import groupby
+from itertools import groupby, islice
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
@@ -51,9 +51,10 @@ from .backends import Backend, TurnOptions
 from .errors import ContextOverflowError, CucaError, DeadlineExceeded, PluginError
 from .observe import Watch, watch
 from .plugins import CucaPlugin, overrides
+from .recording import Recording
 from .stream import ResponseStream
 from .turn import EndOfTurn, TurnState
-from .types import Block, ModelInfo, TokenCount, TurnSummary, UnifiedRequest
+from .types import ModelInfo, TokenCount, TurnSummary, UnifiedRequest
 
 if TYPE_CHECKING:
     from cuca.stages.pipeline import Pipeline
@@ -67,6 +68,9 @@ __all__ = ["BackendTurns", "Counting", "PreparesTurn", "TurnSeams", "open_turn"]
 
 REPLAY_BATCH = 32
 """Blocks per batch of a replayed turn."""
+
+RECORD_EVERY = 64
+"""Items of a live turn set aside before they are put in its recording (the cache's)."""
 
 
 class Counting(Protocol):
@@ -106,7 +110,7 @@ class TurnSeams:
         self.request = request
         self.sent = False
         self.hit: Replay | None = None
-        self.items: list[Any] = []  # the backend's, recorded for the cache
+        self.recorder = _Recorder()  # the backend's items, for the cache
         self.ended = False
         self.failure: BaseException | None = None
 
@@ -173,15 +177,10 @@ class TurnSeams:
         built = {**hooks, **self.backend.stages(options, heads)}
         items = self.backend.items
         if self.replay is not None:
-            built[items] = tapped(built[items], self._record)
+            built[items] = tapped(built[items], self.recorder.record)
         if self.watch is not None and self.watch.wants_raw and TRANSPORT in built:
             built[TRANSPORT] = tapped(built[TRANSPORT], self.watch.raw)
         return _assembled(self.backend.points, built, insertions)
-
-    def _record(self, batch: Batch) -> None:
-        """The backend's items, as its decoder gave them: what the cache keeps, sorted
-        once the turn has ended (:func:`_kept`): no Python step per item."""
-        self.items.extend(batch)
 
     # -- after ----------------------------------------------------------------------
 
@@ -205,7 +204,7 @@ class TurnSeams:
                 self.watch.finish(state, cancelled, self.admission.warnings)
 
     async def _keep(self) -> None:
-        if self.replay is None or (kept := _kept(self.items)) is None:
+        if self.replay is None or (kept := self.recorder.kept()) is None:
             return
         with trio.move_on_after(SETTLE_TIMEOUT) as scope:
             scope.shield = True
@@ -215,21 +214,42 @@ class TurnSeams:
                 self.failure = self.failure or exc
 
 
-def _kept(items: Sequence[Any]) -> Replay | None:
-    """What the cache keeps of a live turn's ``items``: its blocks and the summary of its
-    end; ``None`` for a turn with an error item (a malformed tool call) or no end. Read
-    a run of one type at a time (``groupby``): no Python step per block."""
-    blocks: list[Block] = []
-    summary: TurnSummary | None = None
-    for cls, run in groupby(items, type):
-        if cls is EndOfTurn:
-            *_, end = run
-            summary = end.summary
-        elif issubclass(cls, CucaError):
-            return None
-        else:
-            blocks.extend(run)
-    return None if summary is None else Replay(tuple(blocks), summary)
+class _Recorder:
+    """The *during* seam's record of a live turn, for the cache: the backend's items as
+    its decoder gave them. A batch is only set aside (no Python step per item); every
+    ``RECORD_EVERY`` items, what was set aside is sorted a run of one type at a time
+    (``groupby``): the blocks go into a :class:`~cuca.recording.Recording` (plain
+    deltas as runs of strings, so the blocks of a long answer are not held until it
+    ends), the end's summary is kept, an error item marks the turn as one not kept."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+        self.blocks = Recording()
+        self.summary: TurnSummary | None = None
+        self.failed = False
+
+    def record(self, batch: Batch) -> None:
+        pending = self.pending
+        pending.extend(batch)
+        if len(pending) >= RECORD_EVERY:
+            self._sort()
+
+    def _sort(self) -> None:
+        for cls, run in groupby(self.pending, type):
+            if cls is EndOfTurn:
+                *_, end = run
+                self.summary = end.summary
+            elif issubclass(cls, CucaError):
+                self.failed = True
+            else:
+                self.blocks.extend(run)
+        self.pending.clear()
+
+    def kept(self) -> Replay | None:
+        """What the cache keeps: the blocks and the summary of the turn's end; ``None``
+        for a turn with an error item (a malformed tool call) or no end."""
+        self._sort()
+        return None if self.failed or self.summary is None else Replay(self.blocks, self.summary)
 
 
 def _assembled(
@@ -276,8 +296,9 @@ def _replay_source(hit: Replay) -> Source[UnifiedRequest, Any]:
 
     async def replay(batch: Sequence[UnifiedRequest]) -> AsyncGenerator[Sequence[Any], None]:
         for request in batch:
-            for start in range(0, len(hit.blocks), REPLAY_BATCH):
-                yield list(hit.blocks[start : start + REPLAY_BATCH])
+            blocks = iter(hit.blocks)
+            while chunk := list(islice(blocks, REPLAY_BATCH)):
+                yield chunk
             yield [EndOfTurn(request, hit.summary, cached=True)]
 
     return Source(replay)

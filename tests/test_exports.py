@@ -72,6 +72,7 @@ SUBMODULES = {
     "generation",
     "calls",
     "bulk",
+    "recording",
     "settings",
 }
 

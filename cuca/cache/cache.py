@@ -7,8 +7,6 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from itertools import groupby
-from operator import attrgetter
 from typing import Any
 
 from cuca._checks import kind
@@ -16,6 +14,7 @@ from cuca.admission import Replay
 from cuca.convert import structure, to_json, unstructure
 from cuca.errors import ConfigurationError, StoreError
 from cuca.plugins import CucaPlugin
+from cuca.recording import Recording, Run
 from cuca.store import MemoryStore, Store
 from cuca.types import Block, Text, Thinking, TurnSummary, UnifiedRequest
 
@@ -169,44 +168,25 @@ class ResponseCache(CucaPlugin):
 
 
 
-_TEXT = attrgetter("text")
+_NAMES: dict[type, str] = {Text: "texts", Thinking: "thinking"}
+"""The name of a run of plain deltas in an entry, by their type."""
 
-_RUNS: dict[type, tuple[str, Callable[[Any], Any], tuple[Any, ...]]] = {
-    Text: ("texts", attrgetter("signature", "provider"), (None, None)),
-    Thinking: (
-        "thinking",
-        attrgetter("signature", "provider", "redacted", "id"),
-        (None, None, False, None),
-    ),
-}
-"""The deltas kept as runs of strings: a plain one (no field set but its text) of
-each type, by the name of its run, the fields that must be unset and their unset
-values."""
-
-_MADE: dict[str, Callable[[str], Block]] = {name: cls for cls, (name, _, _) in _RUNS.items()}
+_MADE: dict[str, Callable[[str], Block]] = {name: cls for cls, name in _NAMES.items()}
 
 
 def _to_entry(blocks: Iterable[Block]) -> list[Any]:
     """``blocks`` as an entry keeps them (JSON): each as :func:`~cuca.convert.unstructure`
     writes a block, except that consecutive plain deltas of text, or of reasoning (no
-    signature, provider or id), are kept as one run of their strings,
+    field set but the text), are kept as one run of their strings,
     ``{"texts": ["Hel", "lo"]}`` or ``{"thinking": [...]}``: one string a block, so a
-    hit gives back the same blocks, and keeping a long answer makes no object and no
-    Python step per delta (the runs are found and read in C: ``groupby``,
-    ``attrgetter``)."""
-    kept: list[Any] = []
-    for cls, group in groupby(blocks, type):
-        run = _RUNS.get(cls)
-        if run is None:
-            kept.extend(map(unstructure, group))
-            continue
-        name, fields, unset = run
-        for values, same in groupby(group, fields):
-            if values == unset:
-                kept.append({name: list(map(_TEXT, same))})
-            else:
-                kept.extend(map(unstructure, same))
-    return kept
+    hit gives back the same blocks. The runs are a :class:`~cuca.recording.Recording`'s:
+    a live turn's blocks come in the one it was recorded in as it streamed, so keeping a
+    long answer makes no object and no Python step per delta."""
+    recording = blocks if isinstance(blocks, Recording) else Recording(blocks)
+    return [
+        {_NAMES[part.kind]: part.texts} if isinstance(part, Run) else unstructure(part)
+        for part in recording.parts
+    ]
 
 
 def _replay(key: str, entry: Any) -> Replay:
