@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from cuca.client import CucaClient
 from cuca.engine import LocalModel, SamplingConfig, default_model_path, default_threads
 from cuca.engine import backend as backend_module
 from cuca.engine import model as model_module
-from cuca.engine.backend import LlamaBackend
+from cuca.engine.backend import DECODE_ABORTED, LlamaBackend
 from cuca.engine.formats import OutputFormat
 from cuca.engine.prefix import common_prefix_length
 from cuca.engine.records import GenerationEnd, GenerationStart, TokenSink
@@ -659,15 +660,55 @@ async def test_model_cancel_mid_generation_stops_and_keeps_the_cache(each: Local
     assert usage_of(summary)[1:] == (len(prompt) - 1, 1, 3)
 
 
-async def test_model_cancel_during_prefill(model: LocalModel) -> None:
+async def test_model_cancel_during_prefill(
+    model: LocalModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn cancelled while its prompt is being evaluated stops inside llama.cpp's
+    step (the abort callback), keeps the steps evaluated before it and nothing of the
+    stopped one, and the model serves the next turn.
+
+    The engine is held at the start of the prompt's second step until the
+    cancellation has reached it, so the turn is cancelled mid-prefill however fast the
+    machine evaluates the prompt (cancelled after 0.3 s, a fast one had finished it)."""
     request = ask("long " * 1500, max_tokens=5)
     prompt = model.tokenize_prompt(request)
-    with trio.move_on_after(0.3) as scope:
-        await run_turn(model, request)
-    assert scope.cancelled_caught
+    token = trio.lowlevel.current_trio_token()
+    in_prefill = trio.Event()
+    steps: list[int] = []  # the cached length when each prefill step started
+    stop: list[Callable[[], bool]] = []
+    codes: list[int] = []
+    real_set_abort, real_decode = LlamaBackend.set_abort, LlamaBackend.decode
+
+    def set_abort(self: LlamaBackend, should_stop: Callable[[], bool] | None) -> None:
+        stop[:] = [] if should_stop is None else [should_stop]  # set for prefill steps
+        real_set_abort(self, should_stop)
+
+    def decode(self: LlamaBackend, batch: Any) -> int:
+        if not stop:
+            return real_decode(self, batch)
+        steps.append(len(model.cached_tokens))  # (on the engine's thread: its own state)
+        if len(steps) == 2:
+            trio.from_thread.run_sync(in_prefill.set, trio_token=token)
+            deadline = time.monotonic() + 60  # a guard against a hang, not a measure
+            while not stop[0]():  # until the turn's cancellation has reached the engine
+                assert time.monotonic() < deadline, "the cancellation never reached the step"
+                time.sleep(0.001)
+        code = real_decode(self, batch)
+        codes.append(code)
+        return code
+
+    monkeypatch.setattr(LlamaBackend, "set_abort", set_abort)
+    monkeypatch.setattr(LlamaBackend, "decode", decode)
+    with trio.fail_after(120):  # a guard against a hang, not a measure
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_turn, model, request)
+            await in_prefill.wait()
+            nursery.cancel_scope.cancel()
+    assert codes[-1] == DECODE_ABORTED  # stopped inside the step, not after it
     cached = model.cached_tokens  # the steps evaluated before the abort, nothing else
-    assert len(cached) < len(prompt)
+    assert steps[0] < steps[1] == len(cached) < len(prompt)  # (steps[0]: a reused prefix)
     assert cached == tuple(prompt[: len(cached)])
+    monkeypatch.undo()
     _, summary = await run_turn(model, ask("Hi", max_tokens=2))
     assert usage_of(summary)[3] == 2
 
@@ -736,6 +777,7 @@ class FakeGenerator:
         self.count = count
         self.on_token = on_token
         self.emitted = 0
+        self.threads: list[threading.Thread] = []
         self._room = threading.Event()
 
     def prepare(self, request: UnifiedRequest) -> Any:
@@ -744,6 +786,7 @@ class FakeGenerator:
     def submit(self, prepared: Any, sink: TokenSink) -> threading.Thread:
         thread = threading.Thread(target=self._run, args=(sink,), daemon=True)
         thread.start()
+        self.threads.append(thread)
         return thread
 
     def withdraw(self, ticket: threading.Thread) -> bool:
@@ -835,8 +878,10 @@ async def test_worker_dropping_the_stream_stops_the_generator() -> None:
     with trio.move_on_after(0.2):
         await run_fake(generator)
     emitted = generator.emitted
-    await trio.sleep(0.1)
-    assert generator.emitted == emitted < 10**7
+    (thread,) = generator.threads
+    with trio.fail_after(60):  # a guard against a hang, not a measure
+        await trio.to_thread.run_sync(thread.join, abandon_on_cancel=True)  # it has stopped
+    assert generator.emitted == emitted < 10**7  # (and nothing after the stream was dropped)
 
 
 async def test_worker_error_is_raised_from_the_engine_stage() -> None:
