@@ -102,7 +102,7 @@ class CucaClient(BulkCalls):
         self.base_url = urls[0] if urls else base_url if isinstance(base_url, str) else None
         self._api_key = api_key or None  # "": no key, whatever the environment says
         self.plugins = tuple(plugins)
-        self.timeouts = timeouts(timeout)
+        self.timeouts = timeouts(timeout, http_client)
         self.provider_config = provider_config
         self.local_model = local_model
         self.stages = tuple(stages)

@@ -54,14 +54,27 @@ class Timeouts:
         return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
 
 
-def timeouts(value: Timeouts | float | None) -> Timeouts:
+def timeouts(value: Timeouts | float | None, http_client: object = None) -> Timeouts:
     """``timeout=`` as a client takes it: :class:`Timeouts`, one number of seconds for
-    every operation, or ``None`` (no limit)."""
+    every operation, or ``None`` (no limit).
+
+    With ``http_client`` (the user's own httpx client, which cuca sends on as it is),
+    only ``total`` may be set: the per-operation limits are that client's own, and
+    setting them here is refused rather than left without effect (a read timeout that
+    never fires on a stalled stream)."""
     if value is None:
-        return Timeouts()
-    if isinstance(value, Timeouts):
-        return value
-    return Timeouts(connect=value, read=value, write=value, pool=value)
+        chosen = Timeouts()
+    elif isinstance(value, Timeouts):
+        chosen = value
+    else:
+        chosen = Timeouts(connect=value, read=value, write=value, pool=value)
+    if http_client is not None and chosen.httpx() != httpx.Timeout(None):
+        raise ConfigurationError(
+            "timeout= sets connect, read, write and pool on cuca's own connections, not on "
+            "an http_client you pass: give that client its timeouts (httpx.AsyncClient("
+            "timeout=httpx.Timeout(None, read=30))); Timeouts(total=...) applies with either"
+        )
+    return chosen
 
 
 def check_client(provider: object, base_url: object) -> None:

@@ -179,7 +179,7 @@ async def test_client_unreachable_server_is_a_connect_error() -> None:
 async def test_client_stalled_read_is_a_read_timeout() -> None:
     async with open_replay_server(Reply(frames("a"), stall_after=10)) as server:
         async with CucaClient(FAKE, base_url=server.url, timeout=0.2) as client:
-            with trio.fail_after(5):
+            with trio.fail_after(30):  # a guard against a hang, not a measure
                 with pytest.raises(ReadTimeout, match="timed out"):
                     await collect(client)
 
@@ -189,10 +189,30 @@ async def test_client_total_deadline_is_deadline_exceeded() -> None:
 
     async with open_replay_server(Reply.endless(b"data: T x\n\n", delay=0.01)) as server:
         async with CucaClient(FAKE, base_url=server.url, timeout=Timeouts(total=0.3)) as client:
-            with trio.fail_after(5):
+            with trio.fail_after(30):  # a guard against a hang, not a measure
                 with pytest.raises(DeadlineExceeded, match="deadline") as info:
                     await collect(client)
     assert isinstance(info.value, TransportError)
+
+
+async def test_client_timeouts_beside_its_own_http_client_are_refused_or_total() -> None:
+    """cuca sends on a client's own httpx client as it is: a read timeout given beside
+    it would never fire (a stalled stream hung), so it is refused, saying where it
+    goes; ``total``, cuca's own deadline, still ends a turn."""
+    import httpx
+
+    from cuca import Timeouts
+
+    async with httpx.AsyncClient(timeout=None) as http:
+        for timeout in (0.2, Timeouts(read=0.2)):
+            with pytest.raises(ConfigurationError, match=r"give that client its timeouts"):
+                CucaClient(FAKE, base_url="http://127.0.0.1:9", timeout=timeout, http_client=http)
+        async with open_replay_server(Reply.endless(b"data: T x\n\n", delay=0.01)) as server:
+            async with CucaClient(
+                FAKE, base_url=server.url, timeout=Timeouts(total=0.3), http_client=http
+            ) as client:
+                with trio.fail_after(30), pytest.raises(DeadlineExceeded):  # (a hang guard)
+                    await collect(client)
 
 
 async def test_client_reuses_its_connection_pool() -> None:
@@ -278,7 +298,7 @@ async def test_client_server_that_goes_on_after_its_end_marker_is_hung_up_on() -
     """[DONE], then the server keeps sending forever: the turn still ends, cleanly."""
     async with open_replay_server(Reply.endless(frames("a"))) as server:
         async with CucaClient(FAKE, base_url=server.url) as client:
-            with trio.fail_after(10):
+            with trio.fail_after(30):  # a guard against a hang, not a measure
                 items = await collect(client)
             await server.wait_connections_closed()
     assert items == [Text("a")]

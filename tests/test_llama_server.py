@@ -30,7 +30,6 @@ from cuca import (
     Text,
     Thinking,
     ThinkingEffort,
-    Timeouts,
     ToolCall,
     UnifiedRequest,
     UnifiedResponse,
@@ -308,7 +307,12 @@ async def test_llama_server_api_key_required_and_sent(llama_tool_server: LlamaSe
 
 # -- faults injected into the real server ---------------------------------------------------
 
-STORY = prompt("Tell me a long story about a dragon.", 200)
+# an answer that cannot end before the fault: the end-of-sequence token is ignored
+# (llama-server's ignore_eos), and 1,500 tokens on one thread take seconds however idle
+# the machine is (the story of 200 tokens could end, on a busy machine, before the test
+# had read its first block and stopped the server)
+STORY = prompt("Tell me a long story about a dragon.", 1500)
+ENDLESS = {"ignore_eos": True}
 
 
 @pytest.fixture
@@ -320,28 +324,48 @@ def fault_server() -> Iterator[LlamaServer]:
             os.kill(server.process.pid, signal.SIGCONT)  # so that it can be stopped
 
 
-def fault_client(server: LlamaServer, read_timeout: float | None = None) -> CucaClient:
+def fault_client(http: httpx.AsyncClient, server: LlamaServer) -> CucaClient:
+    """A client on ``http``, whose transport adds :data:`ENDLESS` and whose own timeouts
+    apply (cuca refuses its own beside an ``http_client``)."""
     return CucaClient(
         ProviderEndpoint.LLAMA_CPP,
         base_url=server.url,
-        timeout=Timeouts(read=read_timeout),
+        http_client=http,
         retry=RetryPolicy.never(),
     )
 
 
 async def test_llama_server_stopped_mid_stream_is_a_read_timeout(fault_server: LlamaServer) -> None:
-    """The server freezes (SIGSTOP) mid-stream: with a 1 s read timeout the user gets the
-    blocks sent before, then ReadTimeout; once the server resumes, the next turn works."""
+    """The server freezes (SIGSTOP) mid-stream: with a 3 s read timeout the user gets the
+    blocks sent before, then ReadTimeout; once the server resumes, the same client's
+    next turn works.
+
+    On a busy machine the server may be silent for 3 s before its first block: that
+    turn's ReadTimeout is right too, but nothing was stopped, so the test asks again
+    (the server was stopped mid-stream on the first try at load 0 and beside a hog).
+    The next turn runs without a read timeout: its first block may take longer than 3 s
+    there."""
     items: list[Item] = []
-    async with fault_client(fault_server, read_timeout=1.0) as client:
-        with pytest.raises(ReadTimeout):
-            async with client.generate_stream(STORY) as stream:
-                async for item in stream:
-                    items.append(item)
-                    if len(items) == 1:
-                        os.kill(fault_server.process.pid, signal.SIGSTOP)
-        os.kill(fault_server.process.pid, signal.SIGCONT)
-        done = await client.generate(prompt("Name a colour.", 8))
+    stopped, tries = False, 0
+    transport = RecordingTransport(ENDLESS)
+    async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(None, read=3)) as http:
+        async with fault_client(http, fault_server) as client:
+            with trio.fail_after(600):  # a guard against a hang, not a measure
+                while not stopped:
+                    items, tries = [], tries + 1
+                    with pytest.raises(ReadTimeout):
+                        async with client.generate_stream(STORY) as stream:
+                            async for item in stream:
+                                items.append(item)
+                                if not stopped:
+                                    os.kill(fault_server.process.pid, signal.SIGSTOP)
+                                    stopped = True
+            print(f"\nstopped mid-stream on try {tries}, after {len(items)} blocks")
+            os.kill(fault_server.process.pid, signal.SIGCONT)
+            http.timeout = httpx.Timeout(None)
+            transport.extra = {}
+            with trio.fail_after(120):  # a guard against a hang, not a measure
+                done = await client.generate(prompt("Name a colour.", 8))
     assert items and all(isinstance(item, Text) for item in items)
     assert done.text
     assert done.response.usage is not None and done.response.usage.completion_tokens > 0
@@ -355,7 +379,11 @@ async def test_llama_server_killed_mid_stream_is_stream_incomplete(
     turn."""
     items: list[Item] = []
     port = httpx.URL(fault_server.url).port
-    async with fault_client(fault_server) as client:
+    transport = RecordingTransport(ENDLESS)
+    async with (
+        httpx.AsyncClient(transport=transport, timeout=None) as http,
+        fault_client(http, fault_server) as client,
+    ):
         with pytest.raises(StreamIncomplete):
             async with client.generate_stream(STORY) as stream:
                 async for item in stream:
