@@ -296,6 +296,15 @@ def test_retry_opening_decides_at_the_first_item_or_error() -> None:
     assert probe.feed(b"data: ping\n\n") and probe.error is None  # too long without an item
 
 
+def test_retry_opening_feed_answers_a_bool() -> None:
+    """``decided`` and what ``feed`` answers are the bools the signature says: ``False``
+    until the opening is decided (not another false value), ``True`` after."""
+    probe = opening()
+    assert probe.decided is False
+    assert probe.feed(b"data: ping\n\n") is False
+    assert probe.feed(b"data: T hi\n\n") is True and probe.decided is True
+
+
 def test_retry_opening_holds_up_to_its_limit_bytes() -> None:
     """An opening reads ``limit`` body bytes without an item and still decides nothing;
     the byte past them decides (the answer is passed on, never sent again); what comes
