@@ -151,7 +151,9 @@ class Tool:
         """Every way ``arguments`` break the tool's JSON Schema, in path order (empty
         when they fit)."""
         errors = self._validator.iter_errors(arguments)
-        return tuple(_problem(e) for e in sorted(errors, key=lambda e: list(map(str, e.path))))
+        problems = (_problem(e) for e in sorted(errors, key=lambda e: list(map(str, e.path))))
+        # jsonschema reports each missing required property apart; one problem names them all
+        return tuple(dict.fromkeys(problems))
 
     async def call(self, arguments: Mapping[str, Any]) -> str:
         """Run the function on ``arguments`` and return its result as text.
@@ -163,12 +165,15 @@ class Tool:
         function raises.
         """
         kwargs = self.convert(arguments)
-        if inspect.iscoroutinefunction(self.function):
-            result = await self.function(**kwargs)
+        function = self.function
+        if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+            type(function).__call__  # an object whose __call__ is async
+        ):
+            result = await function(**kwargs)
         else:
-            call = functools.partial(self.function, **kwargs)
+            call = functools.partial(function, **kwargs)
             result = await trio.to_thread.run_sync(call)
-            if inspect.isawaitable(result):  # an object whose __call__ is async
+            if inspect.isawaitable(result):  # a sync function that returned an awaitable
                 result = await result
         return _as_text(result)
 
