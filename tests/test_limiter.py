@@ -433,6 +433,14 @@ def test_rate_limiter_refuses_bad_settings_naming_them() -> None:
             with pytest.raises(ConfigurationError, match=f"error: {name} must be an integer >= 0"):
                 RateLimiter(**{name: bad})
         RateLimiter(**{name: 0})
+    for bad in (0, 1.5, "2"):
+        with pytest.raises(ConfigurationError, match="error: burst must be an integer >= 1"):
+            RateLimiter(burst=bad)  # type: ignore[arg-type]
+    for bad in (-1, "1"):
+        with pytest.raises(ConfigurationError, match="error: max_wait must be seconds >= 0"):
+            RateLimiter(max_wait=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"store must be a cuca store, not .*\(object\)"):
+        RateLimiter(store=object())  # type: ignore[arg-type]
 
 
 async def test_rate_limiter_turn_admitted_without_the_store_only_gives_its_slot_back(
