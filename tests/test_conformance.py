@@ -142,7 +142,7 @@ async def test_conformance_stall_without_timeout_is_ended_by_dropping(target: Ta
                     async for _ in stream:
                         pass
             assert scope.cancelled_caught
-            with trio.fail_after(5):
+            with trio.fail_after(30):  # a guard against a hang, not a measure
                 await server.wait_connections_closed()
 
 
