@@ -32,3 +32,56 @@ def test_partial_json_past_2048_characters_parses_again_once_grown_by_an_eighth(
     assert parser.feed(entry("d", 50)) is NOTHING
     ended = parser.end()
     assert isinstance(ended, dict) and set(ended) == {"a", "b", "c", "d"}
+
+
+def test_partial_json_reports_only_a_changed_value() -> None:
+    """A block that completes nothing new gives ``NOTHING``; prose before the braces
+    decides nothing; a sign or a number at the end is held back; ``text`` is all that
+    was fed."""
+    parser = PartialJson()
+    assert parser.feed("Sure, here:") is NOTHING  # not JSON at all
+    parser = PartialJson()
+    assert parser.feed('{"a": 1, ') == {"a": 1}
+    assert parser.feed(" ") is NOTHING  # the same value
+    assert parser.feed('"b": -') is NOTHING  # a sign: the number may go on
+    assert parser.feed("2.5e1,") == {"a": 1, "b": -25.0}
+    assert parser.text == '{"a": 1,  "b": -2.5e1,'
+
+
+async def test_partials_give_each_value_once_and_skip_what_is_not_text() -> None:
+    """``Partials`` yields the value each time it grows, then the parsed answer only
+    when it differs from the last partial (a dict answer is not yielded twice); items
+    that are not text are skipped; an answer that does not fit the schema ends without
+    the parsed value."""
+    from support.partials import Batches
+
+    from cuca import Text, Thinking
+    from cuca.partial import Partials
+    from cuca.schema import output_schema
+
+    schema = output_schema({"type": "object"})
+    batches = [[Thinking("hmm"), Text('{"a": 1, ')], [Text('"b": 2}')]]
+    assert [p async for p in Partials(Batches(batches), schema)] == [{"a": 1}, {"a": 1, "b": 2}]
+    typed = output_schema({"type": "object", "required": ["c"]})
+    batches = [[Text('{"a": 1}')]]
+    assert [p async for p in Partials(Batches(batches), typed)] == [{"a": 1}]
+
+
+def test_partial_object_reads_an_attrs_class_by_its_fields() -> None:
+    """An attrs class's fields are read by the names its JSON has (a private field by
+    its alias); a name the class has not is an ``AttributeError``."""
+    import attrs
+    import pytest
+
+    from cuca.partial import PartialObject
+
+    @attrs.frozen
+    class Reading:
+        city: str
+        _station: str = ""
+
+    view = PartialObject(Reading, {"city": "Oslo"})
+    assert view.city == "Oslo" and view.station is None
+    with pytest.raises(AttributeError, match="wind"):
+        _ = view.wind
+    assert PartialObject(dict, {}).decided("x") is False

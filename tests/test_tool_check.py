@@ -181,7 +181,8 @@ def test_tool_schema_must_describe_an_object() -> None:
 
 
 def test_tool_failed_carries_its_text_and_arguments_error_its_problems() -> None:
-    assert ToolFailed("no station").output == "no station"
+    failed = ToolFailed("no station")
+    assert failed.output == "no station" and str(failed) == "no station"
     problem = ArgumentProblem("$", "integer", '"x"')
     error = ToolArgumentsError("bad", (problem,))
     assert error.problems == (problem,) and str(error) == "bad"
