@@ -40,9 +40,13 @@ class Recording(MemoryStore):
         self.ttls: list[float | None] = []
         self.down = False
 
+    def fails(self, result: Any) -> bool:
+        """Whether an update that would answer ``result`` fails while ``down``: all."""
+        return True
+
     async def update(self, key: str, change: Any, ttl: float | None = None) -> Any:
         await trio.lowlevel.checkpoint()
-        if self.down:
+        if self.down and self.fails(change(self._read(key))[1]):  # changes are pure
             raise StoreError("redis redis://127.0.0.1:1/0: ConnectionError: refused")
         self.updates += 1
         self.ttls.append(ttl)
@@ -244,6 +248,11 @@ async def test_rate_limiter_fail_open_turn_ends_quietly_when_its_slot_cannot_go_
     ``lease_ttl``."""
 
     class SlotsOnly(Recording):
+        """Down, after its first update, for all but the slots taken."""
+
+        def fails(self, result: Any) -> bool:
+            return not isinstance(result, bool)
+
         async def update(self, key: str, change: Any, ttl: float | None = None) -> Any:
             if self.updates >= 1:
                 self.down = True
@@ -253,7 +262,8 @@ async def test_rate_limiter_fail_open_turn_ends_quietly_when_its_slot_cannot_go_
                       store=SlotsOnly())
     await lenient.admit(REQUEST)
     ticket = await lenient.admit(REQUEST)  # would wait: a slot, then the store fails
-    await ticket.settle(ENDED)
+    assert await leases(lenient) == 2
+    await ticket.settle(ENDED)  # its slot cannot go back: no error
 
 
 async def test_rate_limiter_refusals_name_the_limit_and_the_wait(
@@ -457,12 +467,8 @@ async def test_rate_limiter_turn_admitted_without_the_store_only_gives_its_slot_
             super().__init__()
             self.failing = failing
 
-        async def update(self, key: str, change: Any, ttl: float | None = None) -> Any:
-            _, result = change(self._read(key))
-            fails = self.failing == "lease" or not isinstance(result, bool)
-            if self.down and fails:
-                raise StoreError("refused")
-            return await super().update(key, change, ttl)
+        def fails(self, result: Any) -> bool:
+            return self.failing == "lease" or not isinstance(result, bool)
 
     for failing in ("lease", "reservation"):
         store = Down(failing)
@@ -487,11 +493,8 @@ async def test_rate_limiter_store_failing_on_the_reservation_gives_the_slot_back
     with ``StoreError`` and its ``max_concurrent`` slot goes back."""
 
     class FailsOnReservations(Recording):
-        async def update(self, key: str, change: Any, ttl: float | None = None) -> Any:
-            _, result = change(self._read(key))
-            if self.down and not isinstance(result, bool | None):
-                raise StoreError("refused")
-            return await super().update(key, change, ttl)
+        def fails(self, result: Any) -> bool:
+            return not isinstance(result, bool | None)
 
     store = FailsOnReservations()
     strict = limiter(requests_per_minute=1, max_concurrent=2, store=store)
@@ -541,3 +544,21 @@ async def test_rate_limiter_a_hung_store_holds_a_cancelled_turn_5_s_per_give_bac
         store.down = True
         nursery.cancel_scope.cancel()
     assert trio.current_time() - start == pytest.approx(10.5)
+
+
+async def test_rate_limiter_retry_after_pauses_a_limiter_of_requests_alone(
+    autojump_clock: MockClock,
+) -> None:
+    """A limiter of requests alone (nothing charged at a turn's end, no slot): a turn
+    ended by a 429 with ``Retry-After: 10`` still pauses the next turn 10 s; a turn that
+    ends without one costs no store update at all."""
+    store = Recording()
+    plain = limiter(requests_per_minute=600, store=store)
+    ticket = await plain.admit(REQUEST)
+    await ticket.settle(ENDED)
+    assert store.updates == 1  # the admission's only
+    ticket = await plain.admit(REQUEST)
+    start = trio.current_time()
+    await ticket.settle(refused(10.0))
+    await plain.admit(REQUEST)
+    assert trio.current_time() - start == pytest.approx(10.0)

@@ -57,6 +57,8 @@ def test_tool_check_names_one_or_several_unknown_properties() -> None:
     assert str(tool.check({"known": 1, "x": 1, "y": 2})[0]) == (
         "$: expected no other properties, got properties x, y"
     )
+    closed = schema_tool({"additionalProperties": False})  # no properties at all
+    assert closed.check({"x": 1}) == (ArgumentProblem("$", "no other properties", "property x"),)
 
 
 def test_tool_check_says_what_each_rule_expected() -> None:
