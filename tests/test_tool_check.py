@@ -189,3 +189,57 @@ def test_tool_failed_carries_its_text_and_arguments_error_its_problems() -> None
     error = ToolArgumentsError("bad", (problem,))
     assert error.problems == (problem,) and str(error) == "bad"
     assert ToolArgumentsError("bad").problems == ()
+
+
+@attrs.frozen
+class Row:
+    n: int
+
+
+async def test_tool_arguments_of_an_attrs_class_say_where_they_break() -> None:
+    """A value an attrs parameter cannot take is named by its path inside it."""
+
+    def insert(row: Row) -> str:
+        return "ok"
+
+    tool = Tool.from_function(insert)
+    with pytest.raises(ToolArgumentsError) as caught:
+        tool.convert({"row": {"n": "x"}})
+    assert str(caught.value) == (
+        "argument row of insert: ['invalid value for type, expected int @ $.n']"
+    )
+
+
+class Ready:
+    """An awaitable that is not a coroutine (trio refuses a coroutine returned from a
+    worker thread; another awaitable it hands back)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __await__(self) -> Any:
+        return self.value
+        yield  # a generator: awaiting it gives the value at once
+
+
+async def test_tool_sync_function_returning_an_awaitable_is_awaited() -> None:
+    tool = Tool("t", "", {"type": "object"}, lambda x: Ready(x * 2))
+    assert await tool.call({"x": 4}) == "8"
+
+
+def test_tool_from_a_callable_without_a_name_needs_one() -> None:
+    """A callable object has no ``__name__``: it is refused for its name, as a lambda; a
+    function whose parameters cannot come from JSON is refused naming the tool."""
+
+    class Nameless:
+        def __call__(self) -> str:
+            return "x"
+
+    with pytest.raises(ConfigurationError, match="a tool needs a name"):
+        Tool.from_function(Nameless())
+
+    def spread(*args: int) -> int:
+        return 0
+
+    with pytest.raises(ConfigurationError, match="tool 'spread': parameter 'args'"):
+        Tool.from_function(spread)
