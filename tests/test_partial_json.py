@@ -4,6 +4,8 @@ Fast; the property tests over any chunking are tests/test_partial.py's."""
 
 from __future__ import annotations
 
+import pytest
+
 from cuca.partial import EXACT_UP_TO, NOTHING, PartialJson
 
 
@@ -85,3 +87,42 @@ def test_partial_object_reads_an_attrs_class_by_its_fields() -> None:
     with pytest.raises(AttributeError, match="wind"):
         _ = view.wind
     assert PartialObject(dict, {}).decided("x") is False
+
+
+async def test_partials_of_a_long_answer_end_on_the_whole_value() -> None:
+    """Past 2,048 characters the last blocks may not have been parsed: the end of the
+    stream gives the value of all of it, once (equal to the parsed answer, not given
+    twice); a class's partials are ``PartialObject`` views of that class."""
+    from support.partials import Batches
+
+    from cuca import Text
+    from cuca.partial import PartialObject, Partials
+    from cuca.schema import output_schema
+
+    text = '{"a": "' + "x" * 2100 + '", "b": 1}'
+    batches = [[Text(text[:-2])], [Text(text[-2:])]]
+    partials = [p async for p in Partials(Batches(batches), output_schema({"type": "object"}))]
+    assert partials == [{"a": "x" * 2100}, {"a": "x" * 2100, "b": 1}]
+
+    import attrs
+
+    @attrs.frozen
+    class Pair:
+        a: str
+        b: int
+
+    typed = [p async for p in Partials(Batches(batches), output_schema(Pair))]
+    assert isinstance(typed[0], PartialObject) and typed[0].of is Pair
+    assert typed[-1] == Pair("x" * 2100, 1)
+
+
+def test_partial_object_of_a_plain_class_knows_no_field() -> None:
+    from cuca.partial import PartialObject
+
+    class Plain:
+        pass
+
+    view = PartialObject(Plain, {"a": 1})
+    assert view.a == 1
+    with pytest.raises(AttributeError, match=r"^b$"):
+        _ = view.b
