@@ -43,30 +43,42 @@ def _litellm() -> Any:
     return litellm
 
 
+def _client(url: str) -> Any:
+    """The OpenAI client LiteLLM sends on, ours to close: left to LiteLLM, it is cached
+    inside LiteLLM and its socket is still open when the interpreter exits."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="client-key")
+
+
 def _stream(url: str) -> tuple[list[Any], Any]:
     litellm = _litellm()
-    chunks = list(
-        litellm.completion(
+    with _client(url) as client:
+        chunks = list(
+            litellm.completion(
+                model="openai/smol",
+                api_base=f"{url}/v1",
+                api_key="client-key",
+                messages=[{"role": "user", "content": "weather?"}],
+                tools=TOOLS,
+                stream=True,
+                stream_options={"include_usage": True},
+                client=client,
+            )
+        )
+    return chunks, litellm.stream_chunk_builder(chunks)
+
+
+def _whole(url: str) -> Any:
+    with _client(url) as client:
+        return _litellm().completion(
             model="openai/smol",
             api_base=f"{url}/v1",
             api_key="client-key",
             messages=[{"role": "user", "content": "weather?"}],
             tools=TOOLS,
-            stream=True,
-            stream_options={"include_usage": True},
+            client=client,
         )
-    )
-    return chunks, litellm.stream_chunk_builder(chunks)
-
-
-def _whole(url: str) -> Any:
-    return _litellm().completion(
-        model="openai/smol",
-        api_base=f"{url}/v1",
-        api_key="client-key",
-        messages=[{"role": "user", "content": "weather?"}],
-        tools=TOOLS,
-    )
 
 
 async def test_serve_litellm_reads_reasoning_tool_calls_and_usage_from_the_stream() -> None:
