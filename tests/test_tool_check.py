@@ -31,6 +31,9 @@ class Place:
     city: str
 
 
+NEEDS_A_NAME = r"error: a tool needs a name: pass name= for a lambda$"
+
+
 def schema_tool(schema: Mapping[str, Any]) -> Tool:
     return Tool("t", "a tool", {"type": "object", **schema}, dict)
 
@@ -161,7 +164,7 @@ def test_tool_from_function_names_and_describes_it() -> None:
     named = Tool.from_function(forecast, name="weather", description="Weather.")
     assert (named.name, named.description) == ("weather", "Weather.")
     assert Tool.from_function(forecast, description="").description == ""
-    with pytest.raises(ConfigurationError, match="a tool needs a name: pass name= for a lambda"):
+    with pytest.raises(ConfigurationError, match=NEEDS_A_NAME):
         Tool.from_function(lambda: "x")
     assert Tool.from_function(lambda: "x", name="x").name == "x"
     assert as_tool(forecast).name == "forecast" and as_tool(tool) is tool
@@ -235,7 +238,7 @@ def test_tool_from_a_callable_without_a_name_needs_one() -> None:
         def __call__(self) -> str:
             return "x"
 
-    with pytest.raises(ConfigurationError, match="a tool needs a name"):
+    with pytest.raises(ConfigurationError, match=NEEDS_A_NAME):
         Tool.from_function(Nameless())
 
     def spread(*args: int) -> int:
