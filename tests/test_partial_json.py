@@ -126,3 +126,12 @@ def test_partial_object_of_a_plain_class_knows_no_field() -> None:
     assert view.a == 1
     with pytest.raises(AttributeError, match=r"^b$"):
         _ = view.b
+
+
+def test_partial_json_decides_the_first_value_even_if_it_is_null_or_empty() -> None:
+    """A first value of ``null`` is a change (from nothing decided); an answer cut after
+    its opening brace ends on an empty object."""
+    assert PartialJson().feed("null") is None
+    parser = PartialJson()
+    assert parser.feed("{") is NOTHING  # a brace alone completes nothing
+    assert parser.end() == {}
