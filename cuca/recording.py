@@ -31,9 +31,10 @@ __all__ = ["Recording", "Run"]
 Plain = type[Text] | type[Thinking]
 
 
-@attrs.frozen
+@attrs.define
 class Run:
-    """Consecutive plain deltas of one ``kind``: one string each, in order."""
+    """Consecutive plain deltas of one ``kind``: one string each, in order (a run grows
+    while its turn streams, so it is mutable and not hashable)."""
 
     kind: Plain
     texts: list[str]
@@ -51,7 +52,13 @@ def _plain_rule(cls: Plain) -> Rule:
     whose fields all hold their defaults is plain. Read from the class, so that a field
     added to it is never dropped from a run."""
     fields = [field for field in attrs.fields(cls) if field.name != "text"]
-    return cls, attrgetter(*(field.name for field in fields)), tuple(f.default for f in fields)
+    names = [field.name for field in fields]
+    read: Callable[[Any], Any]
+    if len(names) > 1:
+        read = attrgetter(*names)  # a tuple, found in C
+    else:  # attrgetter of one name gives the value itself, of none it cannot be made
+        read = lambda block: tuple(getattr(block, name) for name in names)  # noqa: E731
+    return cls, read, tuple(f.default for f in fields)
 
 
 _PLAIN: dict[type, Rule] = {Text: _plain_rule(Text), Thinking: _plain_rule(Thinking)}

@@ -232,7 +232,8 @@ async def test_tool_approval_a_yes_after_the_timeout_is_ignored() -> None:
     """docs/tools.md: a sync approver still at its prompt when ``approval_timeout``
     passes is abandoned in its thread: the call is refused at once and its late yes is
     ignored (an approval that waited for it would fail open). The approver answers
-    only once the loop has ended, or after 10 s if the loop waits for it."""
+    only once the test releases it, after the loop has ended (a loop that waited for it
+    would hang, caught by the 600 s guard)."""
     release, answered = threading.Event(), threading.Event()
 
     def person_at_a_prompt(call: ToolCall) -> bool:

@@ -99,6 +99,17 @@ def test_tool_check_shortens_a_long_value_to_80_characters() -> None:
     assert nested.got == '{"a": [1, 2]}'
 
 
+def test_tool_check_shows_a_value_json_cannot_write_as_its_text() -> None:
+    """``Tool.check`` is public: arguments a program built itself may hold values JSON
+    has no type for (a date); the problem shows such a value as its text instead of
+    failing to list the problems."""
+    import datetime
+
+    tool = schema_tool({"properties": {"n": {"type": "integer"}}})
+    (problem,) = tool.check({"n": datetime.date(2026, 1, 1)})
+    assert problem.got == '"2026-01-01"'
+
+
 def test_tool_arguments_converted_name_what_is_wrong() -> None:
     """A tool from a function refuses arguments it has no parameter for, a missing one
     without a default, and a value its hint cannot take, naming the function and the

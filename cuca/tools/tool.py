@@ -173,7 +173,9 @@ class Tool:
         else:
             call = functools.partial(function, **kwargs)
             result = await trio.to_thread.run_sync(call)
-            if inspect.isawaitable(result):  # a sync function that returned an awaitable
+            # a sync function that returned an awaitable other than a coroutine (trio
+            # refuses a coroutine returned in a worker thread: make such a tool async)
+            if inspect.isawaitable(result):
                 result = await result
         return _as_text(result)
 

@@ -179,7 +179,7 @@ def start_llama_server(tmp: Path, model: Path, *flash: str) -> Server:
     from support.llama_server import server_binary
 
     name = " ".join(("llama-server", *flash))
-    port, log = free_port(), tmp / f"{name}.log"
+    port, log = free_port(), tmp / f"{name.replace(' ', '')}.log"
     argv = [str(server_binary()), "-m", str(model), "-t", THREADS, "-tb", THREADS, *flash]
     argv += ["-np", str(max(CLIENTS)), "-c", str(N_CTX * max(CLIENTS)), "--no-webui"]
     # no repacked weights, as cuca's engine (use_extra_bufts off) and the tests
@@ -316,7 +316,7 @@ def engine(rounds: int, max_tokens: int) -> None:
 
 def report_engine(names: list[str], rows: dict[tuple[str, int], EngineRow]) -> None:
     print(
-        f"\n{'server':<18}{'clients':>8}{'TTFT p50 ms':>13}{'agg tok/s':>11}"
+        f"\n{'server':<22}{'clients':>8}{'TTFT p50 ms':>13}{'agg tok/s':>11}"
         f"{'CPU ms/token':>14}{'tokens/request':>16}{'load 1m':>9}"
     )
     for clients in CLIENTS:
@@ -326,7 +326,7 @@ def report_engine(names: list[str], rows: dict[tuple[str, int], EngineRow]) -> N
                 " chunks" if row.counted else ""
             )
             print(
-                f"{name:<18}{clients:>8}{statistics.median(row.ttfts) * 1000:>13.0f}"
+                f"{name:<22}{clients:>8}{statistics.median(row.ttfts) * 1000:>13.0f}"
                 f"{statistics.median(row.rates):>11.1f}"
                 f"{statistics.median(row.cpu) * 1000:>14.1f}{tokens:>16}"
                 f"{statistics.median(row.loads):>9.2f}"
