@@ -271,11 +271,11 @@ class LocalBackend:
         return self._model()
 
     def adapter(self) -> ProviderAdapter:
-        """None: the engine is no wire (a ``ConfigurationError``)."""
+        """Refused with a ``ConfigurationError``: the engine is no wire."""
         raise ConfigurationError("the local engine has no provider adapter")
 
     def member(self, url: str) -> HttpBackend:
-        """None: a pool's servers are HTTP servers (a ``ConfigurationError``)."""
+        """Refused with a ``ConfigurationError``: a pool's servers are HTTP servers."""
         raise ConfigurationError(
             "a pool needs one base URL or more, on an HTTP provider: the local engine has none"
         )

@@ -54,7 +54,9 @@ class Timeouts:
         return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
 
 
-def timeouts(value: Timeouts | float | None, http_client: object = None) -> Timeouts:
+def timeouts(
+    value: Timeouts | float | None, http_client: httpx.AsyncClient | None = None
+) -> Timeouts:
     """``timeout=`` as a client takes it: :class:`Timeouts`, one number of seconds for
     every operation, or ``None`` (no limit).
 

@@ -282,6 +282,9 @@ async def test_serve_logs_a_stream_that_ended_as_200_when_the_client_hangs_up_af
                 assert [await log.line(1), await log.line(2)] == [
                     "POST /v1/chat/completions 200"
                 ] * 2
+    # the log lines are what hold the fix (the answer's last body is sent after the
+    # backend's turn has ended, so a 499 there never reached the backend); this holds
+    # that neither turn was cut while it streamed
     assert not backend.cancelled.is_set()
 
 
