@@ -352,6 +352,16 @@ async def test_rate_limiter_cancelled_waiter_gives_its_place_and_slot_back(
     assert trio.current_time() - start == pytest.approx(1.5)
 
 
+async def admitted_at(shared: RateLimiter, turns: int, start: float) -> list[float]:
+    """When each of ``turns`` turns, admitted one after another, got through (seconds
+    after ``start``, on trio's clock)."""
+    went = []
+    for _ in range(turns):
+        await shared.admit(REQUEST)
+        went.append(trio.current_time() - start)
+    return went
+
+
 async def test_rate_limiter_retry_after_pauses_every_turn_and_keeps_the_rest(
     autojump_clock: MockClock,
 ) -> None:
@@ -364,11 +374,7 @@ async def test_rate_limiter_retry_after_pauses_every_turn_and_keeps_the_rest(
     start = trio.current_time()
     await ticket.settle(refused(10.0))
     assert await leases(shared) == 1
-    went = []
-    for _ in range(3):
-        await shared.admit(REQUEST)
-        went.append(trio.current_time() - start)
-    assert went == pytest.approx([10.0, 11.0, 12.0])
+    assert await admitted_at(shared, 3, start) == pytest.approx([10.0, 11.0, 12.0])
     await other.settle(ENDED)
 
 
@@ -383,11 +389,7 @@ async def test_rate_limiter_headers_pause_every_turn_and_keep_the_rest(
     start = trio.current_time()
     await ticket.on_head(AttemptHead(200, (), RateLimitHint(10.0)))
     assert await leases(shared) == 1
-    went = []
-    for _ in range(3):
-        await shared.admit(REQUEST)
-        went.append(trio.current_time() - start)
-    assert went == pytest.approx([10.0, 11.0, 12.0])
+    assert await admitted_at(shared, 3, start) == pytest.approx([10.0, 11.0, 12.0])
 
 
 async def test_rate_limiter_one_request_left_waits_for_the_reset(
