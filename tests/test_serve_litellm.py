@@ -51,34 +51,28 @@ def _client(url: str) -> Any:
     return openai.OpenAI(base_url=f"{url}/v1", api_key="client-key")
 
 
-def _stream(url: str) -> tuple[list[Any], Any]:
-    litellm = _litellm()
+def _complete(url: str, **extra: Any) -> Any:
+    """``litellm.completion`` of the test's question, whole (a stream read to its end)."""
     with _client(url) as client:
-        chunks = list(
-            litellm.completion(
-                model="openai/smol",
-                api_base=f"{url}/v1",
-                api_key="client-key",
-                messages=[{"role": "user", "content": "weather?"}],
-                tools=TOOLS,
-                stream=True,
-                stream_options={"include_usage": True},
-                client=client,
-            )
-        )
-    return chunks, litellm.stream_chunk_builder(chunks)
-
-
-def _whole(url: str) -> Any:
-    with _client(url) as client:
-        return _litellm().completion(
+        answer = _litellm().completion(
             model="openai/smol",
             api_base=f"{url}/v1",
             api_key="client-key",
             messages=[{"role": "user", "content": "weather?"}],
             tools=TOOLS,
             client=client,
+            **extra,
         )
+        return list(answer) if extra.get("stream") else answer
+
+
+def _stream(url: str) -> tuple[list[Any], Any]:
+    chunks = _complete(url, stream=True, stream_options={"include_usage": True})
+    return chunks, _litellm().stream_chunk_builder(chunks)
+
+
+def _whole(url: str) -> Any:
+    return _complete(url)
 
 
 async def test_serve_litellm_reads_reasoning_tool_calls_and_usage_from_the_stream() -> None:
