@@ -409,6 +409,8 @@ def test_cache_refuses_every_bad_setting() -> None:
         ResponseCache(max_entries=2.5)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="store must be a cuca store, not"):
         ResponseCache(store={})  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"not \{\} \(dict\)"):  # what was passed
+        ResponseCache(store={})  # type: ignore[arg-type]
     one = ResponseCache(ttl=0.5, max_entries=1)  # the smallest settings that make sense
     assert repr(one) == "ResponseCache(ttl=0.5, max_entries=1, store=MemoryStore(0 keys))"
 
@@ -426,6 +428,28 @@ async def test_cache_max_entries_of_one_keeps_the_last_and_clear_drops_it() -> N
         await cache.clear()
         assert not (await c.generate(REQUEST)).response.cached
     assert len(server.requests) == 4
+
+
+async def test_cache_key_kept_again_holds_one_place_and_clear_drops_the_index() -> None:
+    """``max_entries=2``: a turn kept again takes one place in the index, its newest,
+    so two more kept after it leave it and the last one (the oldest other goes first);
+    ``clear()`` drops the entries and the index itself, leaving the store empty."""
+    from cuca.admission import Replay
+    from cuca.types import TurnSummary
+
+    cache = ResponseCache(max_entries=2)
+    kept = Replay((Text("hi"),), TurnSummary(finish_reason="stop"))
+    first, second = REQUEST, REQUEST.add_user_message("again")
+    await cache.keep(first, "http://a", kept)
+    await cache.keep(second, "http://a", kept)
+    await cache.keep(first, "http://a", kept)  # kept again: now the newest
+    third = REQUEST.add_user_message("third")
+    await cache.keep(third, "http://a", kept)
+    assert await cache.lookup(first, "http://a") is not None
+    assert await cache.lookup(second, "http://a") is None  # the oldest, dropped
+    assert await cache.lookup(third, "http://a") is not None
+    await cache.clear()
+    assert repr(cache.store) == "MemoryStore(0 keys)"
 
 
 MIXED: tuple[Block, ...] = (
@@ -488,7 +512,7 @@ async def test_cache_reads_entries_kept_one_block_an_element() -> None:
     wrong += [{"blocks": [], "summary": {"finish_reason": 3}}, {"summary": summary}, [1, 2]]
     for entry in wrong:
         await cache.store.set(key, entry)
-        with pytest.raises(StoreError, match="holds no turn a cache kept"):
+        with pytest.raises(StoreError, match=f"{key} holds no turn a cache kept"):
             await cache.lookup(REQUEST, "http://a")
         assert await ResponseCache(store=cache.store, fail_open=True).lookup(
             REQUEST, "http://a") is None
