@@ -637,12 +637,71 @@ def test_cli_rate_is_the_decode_rate_from_the_first_item() -> None:
 
     now = [10.0]
     clock = TurnClock(lambda: now[0])
-    clock.mark()
+    clock.arrived()
+    now[0] = 12.0
+    assert clock.rate(17) is None  # one batch: arrived at once, however long it took
+    clock.arrived()
     now[0] = 10.001  # 17 tokens 1 ms after the first: too short to measure
     assert clock.rate(17) is None
     now[0] = 12.0
     assert clock.rate(17) == 8.0  # 16 tokens after the first, in 2 s
     assert clock.rate(1) is None
+
+
+async def test_cli_rate_counts_the_batches_the_turn_arrived_in() -> None:
+    """The usage line shows a rate when the answer came in two reads at least, and
+    none when it came in one, however long the machine took (each turn here ends two
+    seconds after its first batch by the renderer's clock)."""
+    import io
+
+    from cuca.cli.console import Console
+    from cuca.cli.render import TextRenderer, TurnClock
+    from cuca.cli.turn import stream_turn
+    from cuca.types import ProviderEndpoint, Text, TokenUsage, UnifiedResponse
+
+    now = [10.0]
+    response = UnifiedResponse(
+        provider=ProviderEndpoint.OPENAI, model="m", usage=TokenUsage(3, 17), finish_reason="stop"
+    )
+
+    class Stream:
+        def __init__(self, batches: list[list[Text]]) -> None:
+            self.batches, self.response = batches, response
+
+        async def __aenter__(self) -> Stream:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            now[0] += 2.0
+
+        async def receive_batch(self) -> list[Text]:
+            if not self.batches:
+                raise StopAsyncIteration
+            return self.batches.pop(0)
+
+    class Client:
+        def __init__(self, batches: list[list[Text]]) -> None:
+            self.batches = batches
+
+        def generate_stream(self, request: object) -> Stream:
+            return Stream(self.batches)
+
+    class Renderer(TextRenderer):
+        def begin(self) -> None:
+            super().begin()
+            self.clock = TurnClock(lambda: now[0])
+
+    async def usage_line(*batches: list[Text]) -> str:
+        err = io.StringIO()
+        renderer = Renderer(Console(io.StringIO(), err))
+        blocks = await stream_turn(Client(list(batches)), object(), renderer)  # type: ignore[arg-type]
+        assert blocks == [Text("a"), Text("b")]
+        return err.getvalue().splitlines()[-1]
+
+    at_once = await usage_line([Text("a"), Text("b")])
+    assert "tok/s" not in at_once, at_once
+    streamed = await usage_line([Text("a")], [], [Text("b")])
+    assert "· 8.0 tok/s ·" in streamed, streamed  # 16 tokens after the first, in 2 s
 
 
 def test_cli_history_is_kept_per_session_log_under_the_cache_dir(tmp_path: Path) -> None:

@@ -43,6 +43,9 @@ class JsonRenderer:
     def begin(self) -> None:
         pass
 
+    def arrived(self) -> None:
+        pass
+
     def item(self, item: Block | CucaError) -> None:
         if isinstance(item, CucaError):
             self._line(json.dumps(error_record(item), ensure_ascii=False))

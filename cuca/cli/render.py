@@ -32,6 +32,10 @@ class Renderer(Protocol):
     def begin(self) -> None:
         """A turn starts: reset per-turn state and the clock."""
 
+    def arrived(self) -> None:
+        """A batch of items arrived (what one network read or one engine step produced);
+        its items follow, each through :meth:`item`."""
+
     def item(self, item: Block | CucaError) -> None:
         """One stream item: a block, or an error that did not end the turn."""
 
@@ -46,28 +50,35 @@ class Renderer(Protocol):
 
 
 MIN_RATE_SPAN = 0.05
-"""Seconds between the first item and the end below which no rate is shown: a turn
-that arrived at once (a fast server on loopback, a cached answer) has no decode rate
-to measure."""
+"""Seconds between the first item and the end below which no rate is shown, even when
+the items came in more than one batch: two reads a millisecond apart measure the
+network, not the model."""
 
 
 class TurnClock:
-    """When a turn's first item arrived, for tokens per second."""
+    """When a turn's first batch of items arrived, and how many batches came, for
+    tokens per second."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.first: float | None = None
+        self.arrivals = 0
 
-    def mark(self) -> None:
+    def arrived(self) -> None:
+        """A batch of items arrived."""
         if self.first is None:
             self.first = self.clock()
+        self.arrivals += 1
 
     def rate(self, completion_tokens: int) -> float | None:
         """Output tokens per second while generating: the tokens after the first item,
-        over the time from the first item to the end (prompt processing and network
+        over the time from the first batch to the end (prompt processing and network
         set-up are not counted). ``None`` when that cannot be measured: fewer than two
-        tokens, or under :data:`MIN_RATE_SPAN` seconds."""
-        if self.first is None or completion_tokens < 2:
+        tokens; a turn whose items all came in one batch (a fast server's answer in one
+        read, a short cached answer), decided by how it arrived and not by the time it
+        took, so a busy machine does not invent a rate; or under
+        :data:`MIN_RATE_SPAN` seconds."""
+        if self.first is None or completion_tokens < 2 or self.arrivals < 2:
             return None
         span = self.clock() - self.first
         if span < MIN_RATE_SPAN:
@@ -130,8 +141,10 @@ class TextRenderer:
         self.clock = TurnClock()
         self._section, self._line_open = None, False
 
+    def arrived(self) -> None:
+        self.clock.arrived()
+
     def item(self, item: Block | CucaError) -> None:
-        self.clock.mark()
         if isinstance(item, CucaError):
             self._break_line()
             self.console.warning(str(item))

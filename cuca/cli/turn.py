@@ -47,10 +47,17 @@ async def stream_turn(
     renderer.begin()
     blocks: list[Block] = []
     async with client.generate_stream(request) as stream:
-        async for item in stream:
-            renderer.item(item)
-            if not isinstance(item, CucaError):
-                blocks.append(item)
+        while True:
+            try:
+                batch = await stream.receive_batch()
+            except StopAsyncIteration:
+                break
+            if batch:
+                renderer.arrived()
+            for item in batch:
+                renderer.item(item)
+                if not isinstance(item, CucaError):
+                    blocks.append(item)
     renderer.end(stream.response)
     return blocks
 
@@ -65,8 +72,15 @@ async def loop_turn(
 
     renderer.begin()
     async with client.run_tools(request, tools) as stream:
-        async for item in stream:
-            if not isinstance(item, Step):
+        while True:
+            try:
+                batch = await stream.receive_batch()
+            except StopAsyncIteration:
+                break
+            shown = [item for item in batch if not isinstance(item, Step)]
+            if shown:
+                renderer.arrived()
+            for item in shown:
                 renderer.item(item)
     renderer.end(_summed(stream))
     return stream.conversation

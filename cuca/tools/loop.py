@@ -130,6 +130,17 @@ class ToolLoopStream:
         self._index += 1
         return item
 
+    async def receive_batch(self) -> Sequence[LoopItem]:
+        """The items not yet taken, as they arrived: the rest of the current batch, or
+        the next one (a step's network read or engine step, a :class:`Step` marker, the
+        tool results). Raises ``StopAsyncIteration`` at the end, or the error that ended
+        the loop, as iteration does."""
+        while self._index >= len(self._batch):
+            self._batch, self._index = await self._next_batch(), 0
+        batch = self._batch[self._index :] if self._index else self._batch
+        self._batch, self._index = (), 0
+        return batch
+
     async def _next_batch(self) -> Sequence[LoopItem]:
         """The next batch: from the running step's own stream (read here, in the
         consumer's task, so that its items take no extra hop), else from the loop."""
