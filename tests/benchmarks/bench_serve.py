@@ -22,7 +22,10 @@ there or at ``$LITELLM_PROXY_BIN``)::
    and its generated tokens from the usage the server reports (llama_cpp.server sends
    none in a stream: its text chunks are counted, one token each, and marked so). Per
    run: the aggregate decode rate, every request's tokens over the wall time from the
-   first request sent to the last token received, and each server's CPU per token. The
+   first request sent to the last token received (the target's figure: the first
+   token's wait is in it); the decode rate alone, each request's tokens after its first
+   over the time from its first to its last, summed over the requests (it tells a gap in
+   the first token from one in the decode steps); and each server's CPU per token. The
    servers alternate across rounds (each round starts with the next one); the figures
    are medians (TTFT: over every request of every round; the rest: over the rounds).
 2. **Gateway** (``--only gateway``): a loopback replay server (``cuca.testing``, in a
@@ -263,6 +266,7 @@ async def _concurrent(base_url: str, model: str, clients: int, max_tokens: int) 
 class EngineRow:
     ttfts: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
+    decode: list[float] = field(default_factory=list)  # tokens/s after each first token
     cpu: list[float] = field(default_factory=list)  # the server's CPU seconds per token
     loads: list[float] = field(default_factory=list)
     tokens: set[int] = field(default_factory=set)
@@ -277,6 +281,10 @@ def measure_engine(server: Server, clients: int, max_tokens: int, row: EngineRow
     start, end = min(a.sent for a in answers), max(a.end for a in answers)
     tokens = sum(a.tokens for a in answers)
     row.rates.append(tokens / (end - start))
+    # the decode alone: each request's tokens after its first, over the time from its
+    # first to its last, summed over the requests that ran together (the first token's
+    # wait, prefill and queueing, left out)
+    row.decode.append(sum((a.tokens - 1) / (a.end - a.first) for a in answers if a.end > a.first))
     row.cpu.append(spent / tokens)
     row.ttfts += [a.first - a.sent for a in answers]
     row.loads.append(load())
@@ -317,7 +325,7 @@ def engine(rounds: int, max_tokens: int) -> None:
 def report_engine(names: list[str], rows: dict[tuple[str, int], EngineRow]) -> None:
     print(
         f"\n{'server':<22}{'clients':>8}{'TTFT p50 ms':>13}{'agg tok/s':>11}"
-        f"{'CPU ms/token':>14}{'tokens/request':>16}{'load 1m':>9}"
+        f"{'decode tok/s':>14}{'CPU ms/token':>14}{'tokens/request':>16}{'load 1m':>9}"
     )
     for clients in CLIENTS:
         for name in names:
@@ -327,7 +335,7 @@ def report_engine(names: list[str], rows: dict[tuple[str, int], EngineRow]) -> N
             )
             print(
                 f"{name:<22}{clients:>8}{statistics.median(row.ttfts) * 1000:>13.0f}"
-                f"{statistics.median(row.rates):>11.1f}"
+                f"{statistics.median(row.rates):>11.1f}{statistics.median(row.decode):>14.1f}"
                 f"{statistics.median(row.cpu) * 1000:>14.1f}{tokens:>16}"
                 f"{statistics.median(row.loads):>9.2f}"
             )
@@ -340,6 +348,11 @@ def report_engine(names: list[str], rows: dict[tuple[str, int], EngineRow]) -> N
             for peer in peers
         )
         print(f"{clients} client(s), aggregate tokens/s: {ratios}")
+        decode = {name: statistics.median(rows[name, clients].decode) for name in names}
+        ratios = ", ".join(
+            f"cuca serve / {peer} {decode[cuca] / decode[peer]:.2f}x" for peer in peers
+        )
+        print(f"{clients} client(s), decode tokens/s after the first token: {ratios}")
     top = max(CLIENTS)
     ahead = all(rate[cuca, n] > rate["llama_cpp.server", n] for n in CLIENTS)
     print(
