@@ -34,7 +34,9 @@ alternated rounds after a warm-up (``--rounds``, ``PACED_ROUNDS`` by default: ea
 runs every client once, so a busy machine slows them alike); a client's figure is its
 median CPU time around the whole turn, a ratio the median of the ratios within a round.
 Targets (issue 33): cuca's CPU per chunk at most 0.91x the floor's, and at least 2.7x
-less than the openai SDK's. ``--paced-only`` runs this case alone.
+less than the openai SDK's. ``--paced-only`` runs this case alone; ``--coalesced-only``
+the coalesced case of cuca and the floor alone (what ``compare_commits.py`` needs for
+that target).
 
 Never part of pass/fail.
 """
@@ -327,24 +329,36 @@ def measure(
 PACED_CLIENTS = ("cuca", "cuca (actors)", "floor (httpx + httpx-sse + json)", "openai SDK")
 
 
-def main(paced_only: bool = False, rounds: int = PACED_ROUNDS) -> None:
+COALESCED_ONLY = ("cuca", "floor (httpx + httpx-sse + json)")
+"""The clients of ``--coalesced-only``: the two the coalesced target compares."""
+
+
+def main(
+    paced_only: bool = False, rounds: int = PACED_ROUNDS, coalesced_only: bool = False
+) -> None:
     process, url = start_server()
     results: dict[str, dict[int, dict[str, float]]] = {}
+    paced: dict[str, list[dict[str, float]]] = {}
     try:
         for name, client, runner in CLIENTS if not paced_only else ():
+            if coalesced_only and name not in COALESCED_ONLY:
+                continue
             try:
                 results[name] = {n: measure(runner, client, f"{url}/n{n}") for n in lengths(CHUNKS)}
             except Exception as exc:  # a missing SDK should not hide the other rows
                 print(f"{name}: failed: {type(exc).__name__}: {exc}")
-        paced = measure_paced(f"{url}/paced", rounds)
+        if not coalesced_only:
+            paced = measure_paced(f"{url}/paced", rounds)
     finally:
         process.terminate()
         process.wait()
     if not paced_only:
         report(results)
+    if not paced_only and not coalesced_only:
         report_split(results)
         report_encoding()
-    report_paced(paced, rounds)
+    if not coalesced_only:
+        report_paced(paced, rounds)
 
 
 def measure_paced(url: str, rounds: int) -> dict[str, list[dict[str, float]]]:
@@ -567,6 +581,9 @@ if __name__ == "__main__":
         parser.add_argument("--chunks", type=int, default=CHUNKS)
         parser.add_argument("--rounds", type=int, default=PACED_ROUNDS, help="paced rounds")
         parser.add_argument("--paced-only", action="store_true", help="the paced case alone")
+        parser.add_argument(
+            "--coalesced-only", action="store_true", help="the coalesced case, cuca and the floor"
+        )
         args = parser.parse_args()
         CHUNKS = args.chunks  # issue 2's pipeline-overhead run uses 20,000
-        main(args.paced_only, args.rounds)
+        main(args.paced_only, args.rounds, args.coalesced_only)
