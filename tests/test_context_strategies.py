@@ -195,6 +195,18 @@ async def test_clamp_messages_leaves_the_first_system_and_the_latest_user_messag
     assert await ClampMessages(max_chars=10).apply(only, BIG) is None
 
 
+async def test_clamp_messages_with_an_odd_max_says_what_its_marker_says() -> None:
+    """With ``max_chars=9`` the head and tail are 4 characters each: the step reports
+    the characters the marker says were cut."""
+    request = UnifiedRequest.new("m").add_assistant_message("w" * 20).add_user_message("go")
+    change = await ClampMessages(max_chars=9).apply(request, BIG)
+    assert change is not None
+    assert (
+        change.request.messages[0].text() == "wwww\n[... 12 characters cut by compaction ...]\nwwww"
+    )
+    assert change.removed == "1 block clamped (12 characters)"
+
+
 # -- DropOldestTurns -------------------------------------------------------------------
 
 

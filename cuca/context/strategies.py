@@ -131,9 +131,14 @@ class ClampMessages(Strategy):
     def __init__(self, max_chars: int = 2000) -> None:
         self.max_chars = max_chars
 
+    def _cut(self, text: str) -> int:
+        """How many characters clamping ``text`` cuts: all but ``max_chars // 2`` at
+        each end (one fewer kept than ``max_chars`` when it is odd)."""
+        return len(text) - 2 * (self.max_chars // 2)
+
     def _clamped(self, text: str) -> str:
         half = self.max_chars // 2
-        cut = len(text) - 2 * half
+        cut = self._cut(text)
         return f"{text[:half]}\n[... {cut} characters cut by compaction ...]\n{text[-half:]}"
 
     async def apply(self, request: UnifiedRequest, budget: TokenTarget) -> Shortened | None:
@@ -149,25 +154,18 @@ class ClampMessages(Strategy):
             for j, block in enumerate(content):
                 if isinstance(block, Text) and len(block.text) > self.max_chars:
                     content[j] = Text(self._clamped(block.text))
+                    cut += self._cut(block.text)
                 elif isinstance(block, ToolResult) and len(block.output) > self.max_chars:
                     content[j] = attrs.evolve(block, output=self._clamped(block.output))
+                    cut += self._cut(block.output)
                 else:
                     continue
                 clamped += 1
-                cut += _size(block) - self.max_chars
             messages[i] = attrs.evolve(message, content=tuple(content))
         if not clamped:
             return None
         shorter = attrs.evolve(request, messages=tuple(messages))
         return Shortened(shorter, f"{_plural(clamped, 'block')} clamped ({cut} characters)")
-
-
-def _size(block: object) -> int:
-    if isinstance(block, Text):
-        return len(block.text)
-    if isinstance(block, ToolResult):
-        return len(block.output)
-    return 0
 
 
 def _dropped(pieces: Layout, turns: int, request: UnifiedRequest) -> UnifiedRequest:
