@@ -160,7 +160,7 @@ async def test_clamp_messages_clamps_tool_outputs_and_leaves_other_blocks_alone(
     image = ImageBase64("image/png", "iVBORw0KGgo=")
     request = (
         UnifiedRequest.new("m")
-        .add_user_message((Text("q" * 30), image))
+        .add_user_message((image, Text("q" * 30)))
         .add_message(UnifiedMessage(MessageRole.ASSISTANT, (thinking, Text("short"), call)))
         .add_tool_result("c0", "0123456789" * 3)
         .add_user_message("go")
@@ -168,7 +168,7 @@ async def test_clamp_messages_clamps_tool_outputs_and_leaves_other_blocks_alone(
     change = await ClampMessages(max_chars=10).apply(request, BIG)
     assert change is not None
     asked, answered, result, latest = change.request.messages
-    assert asked.content == (Text("qqqqq\n[... 20 characters cut by compaction ...]\nqqqqq"), image)
+    assert asked.content == (image, Text("qqqqq\n[... 20 characters cut by compaction ...]\nqqqqq"))
     assert answered == request.messages[1]  # thinking is never touched, short text neither
     assert result.content == (
         ToolResult("c0", "01234\n[... 20 characters cut by compaction ...]\n56789"),
@@ -193,6 +193,9 @@ async def test_clamp_messages_leaves_the_first_system_and_the_latest_user_messag
     assert change.removed == "2 blocks clamped (40 characters)"
     only = UnifiedRequest.new("m").add_system_message(long).add_user_message(long)
     assert await ClampMessages(max_chars=10).apply(only, BIG) is None
+    no_user = UnifiedRequest.new("m").add_assistant_message(long)
+    change = await ClampMessages(max_chars=10).apply(no_user, BIG)
+    assert change is not None and change.request.messages[0].text() == clamped
 
 
 async def test_clamp_messages_with_an_odd_max_says_what_its_marker_says() -> None:
