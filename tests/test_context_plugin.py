@@ -140,10 +140,17 @@ async def test_compactor_fraction_asks_the_given_counter_when_it_has_none() -> N
     backend = Chars(window=2000)
     assert await Compactor(budget=0.25).tokens_for("m", backend) == 500
     assert backend.windows == ["m"]
-    with pytest.raises(ConfigurationError, match="counts with its client's backend"):
+    with pytest.raises(ConfigurationError) as alone:
         await Compactor(budget=0.25).tokens_for("m")
-    with pytest.raises(ConfigurationError, match="a fractional budget needs 'm''s window"):
+    assert alone.value.message == (
+        "a Compactor without a counter counts with its client's backend: give it in "
+        "plugins=[...], or pass Compactor(counter, ...) to call on_request"
+    )
+    with pytest.raises(ConfigurationError) as unknown:
         await Compactor(budget=0.25).tokens_for("m", Chars(window=None))
+    assert unknown.value.message == (
+        "a fractional budget needs 'm''s window, and nothing says it: give the budget in tokens"
+    )
 
 
 async def test_compactor_counts_with_its_own_counter_before_the_turns_backend() -> None:
