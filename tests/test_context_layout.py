@@ -137,3 +137,9 @@ def test_tool_pairs_are_every_result_block_in_order() -> None:
     messages = [user(), calls("a"), result("a"), calls("b", "c"), both, user()]
     assert tool_pairs(messages) == [(2, 0), (4, 1), (4, 2)]
     assert tool_pairs([user(), ASSISTANT]) == []
+
+
+def test_layout_a_result_whose_call_is_not_in_the_conversation_stays_in_its_turn() -> None:
+    """A history that starts mid tool loop: the orphan result merges nothing."""
+    messages = [result("gone"), user(), ASSISTANT, user(), result("gone"), user()]
+    assert layout(messages) == Layout(None, ((0,), (1, 2), (3, 4)), (5,))
