@@ -267,3 +267,10 @@ async def test_compactor_overflow_of_a_request_with_nothing_to_name() -> None:
         "cannot be removed (a: a dropped one; b: b dropped one)"
     )
     assert str(info.value).startswith("context overflow: compaction could not fit")
+    replies = request.add_assistant_message("more").add_assistant_message("still")
+    with pytest.raises(ContextOverflowError) as left:
+        await Compactor(Fixed(), budget=10, strategies=[Shorten("a")]).on_request(replies)
+    assert left.value.message == (  # no user message: none is named
+        "compaction could not fit the request in 10 tokens: 99 remain in 1 older turns no "
+        "strategy removed, which cannot be removed (a: a dropped one)"
+    )
