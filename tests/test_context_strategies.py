@@ -146,12 +146,12 @@ async def test_clear_tool_results_counts_only_what_it_clears_now() -> None:
 async def test_clamp_messages_cuts_what_is_longer_than_2000_characters_by_default() -> None:
     at_most = UnifiedRequest.new("m").add_assistant_message("a" * 2000).add_user_message("go")
     assert await ClampMessages().apply(at_most, BIG) is None
-    longer = UnifiedRequest.new("m").add_assistant_message("a" * 1000 + "b" * 1001 + "c" * 1000)
+    longer = UnifiedRequest.new("m").add_assistant_message("a" * 1000 + "b" + "c" * 1000)
     change = await ClampMessages().apply(longer.add_user_message("go"), BIG)
     assert change is not None
-    marker = "\n[... 1001 characters cut by compaction ...]\n"
+    marker = "\n[... 1 characters cut by compaction ...]\n"
     assert change.request.messages[0].text() == "a" * 1000 + marker + "c" * 1000
-    assert change.removed == "1 block clamped (1001 characters)"
+    assert change.removed == "1 block clamped (1 characters)"
 
 
 async def test_clamp_messages_clamps_tool_outputs_and_leaves_other_blocks_alone() -> None:
@@ -161,19 +161,25 @@ async def test_clamp_messages_clamps_tool_outputs_and_leaves_other_blocks_alone(
     request = (
         UnifiedRequest.new("m")
         .add_user_message((image, Text("q" * 30)))
-        .add_message(UnifiedMessage(MessageRole.ASSISTANT, (thinking, Text("short"), call)))
+        .add_message(
+            UnifiedMessage(
+                MessageRole.ASSISTANT, (thinking, Text("short"), call, ToolCall("c1", "lookup"))
+            )
+        )
         .add_tool_result("c0", "0123456789" * 3)
+        .add_tool_result("c1", "0123456789")  # exactly max_chars: left whole
         .add_user_message("go")
     )
     change = await ClampMessages(max_chars=10).apply(request, BIG)
     assert change is not None
-    asked, answered, result, latest = change.request.messages
+    asked, answered, result, whole, latest = change.request.messages
+    assert whole == request.messages[3]
     assert asked.content == (image, Text("qqqqq\n[... 20 characters cut by compaction ...]\nqqqqq"))
     assert answered == request.messages[1]  # thinking is never touched, short text neither
     assert result.content == (
         ToolResult("c0", "01234\n[... 20 characters cut by compaction ...]\n56789"),
     )
-    assert result.tool_call_id == "c0" and latest == request.messages[3]
+    assert result.tool_call_id == "c0" and latest == request.messages[4]
     assert change.removed == "2 blocks clamped (40 characters)"
 
 
