@@ -230,26 +230,26 @@ async def test_compactor_overflow_names_what_remains_and_what_was_done() -> None
     request = (
         UnifiedRequest.new("m")
         .add_system_message("s" * 20)
-        .add_user_message("a" * 10)
-        .add_assistant_message("b" * 10)
-        .add_user_message("c" * 10)
-        .add_assistant_message("d" * 10)
+        .add_user_message("a" * 100)
+        .add_assistant_message("b" * 100)
+        .add_user_message("c" * 100)
+        .add_assistant_message("d" * 100)
         .add_user_message("e" * 10)
         .add_tool(ToolDefinition("lookup"))
         .add_tool(ToolDefinition("search"))
     )
-    clamp = ClampMessages(max_chars=4)
+    clamp = ClampMessages(max_chars=50)  # 100 characters to 93: 430 in all to 402
     with pytest.raises(ContextOverflowError) as info:
         await Compactor(
             Chars(), budget=20, strategies=[Shorten("n", nothing=True), clamp]
         ).on_request(request)
     error = info.value
-    assert (error.limit, error.requested) == (20, 214)
+    assert (error.limit, error.requested) == (20, 402)
     assert error.message == (
-        "compaction could not fit the request in 20 tokens: 214 remain in the first system "
+        "compaction could not fit the request in 20 tokens: 402 remain in the first system "
         "message, the latest user message and what follows it, 2 older turns no strategy "
         "removed, 2 tool definitions, which cannot be removed (clamp_messages: 4 blocks "
-        "clamped (24 characters))"
+        "clamped (200 characters))"
     )
 
 
