@@ -46,6 +46,8 @@ def test_mcp_content_image_and_audio_by_type_and_decoded_size() -> None:
 
 def test_mcp_content_size_of_base64_split_into_lines() -> None:
     assert read(image("AAEC\r\nAwQF\r\n")) == "[image: image/png, 6 bytes]"
+    assert read(image("AAEC\nAw==\n")) == "[image: image/png, 4 bytes]"
+    assert read(image("AAECAwQ=\r\n")) == "[image: image/png, 5 bytes]"
 
 
 def test_mcp_content_blob_without_a_mime_type_is_octet_stream() -> None:
