@@ -44,8 +44,8 @@ class StderrTail:
         self.closed.set()
 
     def stop(self) -> None:
-        """The child has been stopped: read what is left for a moment, then stop (a
-        grandchild may hold the pipe open)."""
+        """The child has been stopped: read what is left for half a second, then stop
+        (a grandchild may hold the pipe open)."""
         self._scope.deadline = min(self._scope.deadline, trio.current_time() + 0.5)
 
     def lines(self) -> tuple[str, ...]:
