@@ -71,3 +71,5 @@ def test_mcp_content_block_of_an_unknown_type_is_named() -> None:
     future = SimpleNamespace(type="video", data="...")
     result = types.CallToolResult.model_construct(content=[future], structured_content=None)
     assert result_text(result) == "[video content]"
+    untyped = types.CallToolResult.model_construct(content=[object()], structured_content=None)
+    assert result_text(untyped) == "[object content]"
