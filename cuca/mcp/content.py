@@ -64,7 +64,7 @@ def _block_text(block: Any) -> str:
 
 
 def _size(data: str) -> int:
-    """The decoded size of base64 ``data``, counted without decoding it (line breaks,
-    a final one included, are not data)."""
+    """The decoded size of base64 ``data``, counted without decoding it: line breaks
+    are not data, and ``=`` is only ever the final padding."""
     length = len(data) - data.count("\n") - data.count("\r")
-    return length * 3 // 4 - data.rstrip("\r\n")[-2:].count("=")
+    return length * 3 // 4 - data.count("=")
