@@ -4,10 +4,12 @@ A real ``redis-server`` on loopback, started by the test (support/stores.py)."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 import redis
+import trio
 from support.stores import free_port, redis_server
 
 from cuca import StoreError
@@ -69,3 +71,24 @@ async def test_store_redis_aclose_releases_the_connections_and_can_be_reused(
         finally:
             direct.close()
             await store.aclose()
+
+
+async def test_store_redis_cancelled_read_is_abandoned_not_waited_for() -> None:
+    """docs: a cancelled caller abandons a read or a write (only an update waits for
+    its answer). Against a server that accepts and never answers, with an hour's
+    timeout, the cancelled read comes back once cancelled."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # the kernel accepts; nobody ever reads or answers
+    port = listener.getsockname()[1]
+    store = RedisStore(f"redis://127.0.0.1:{port}/0", timeout=3600)
+    try:
+        with trio.fail_after(30):  # a guard against a hang, not a measure
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.get, "k")
+                await trio.lowlevel.wait_readable(listener)  # the read has connected
+                nursery.cancel_scope.cancel()
+        assert nursery.cancel_scope.cancelled_caught
+    finally:
+        listener.close()  # resets the connection: the abandoned thread ends
+        await store.aclose()
