@@ -25,14 +25,26 @@ def test_store_redis_defaults_are_the_documented_ones() -> None:
 
 async def test_store_redis_errors_and_repr_never_show_the_password() -> None:
     port = free_port()  # nobody listens: refused at once
-    store = RedisStore(f"redis://cuca:s3cret@127.0.0.1:{port}/0", timeout=1.0)
+    store = RedisStore(f"redis://cuca:s3@cret@127.0.0.1:{port}/0", timeout=1.0)
     assert repr(store) == f"RedisStore('redis://127.0.0.1:{port}/0')"
     with pytest.raises(StoreError) as caught:
         await store.get("k")
     message = str(caught.value)
     assert message.startswith(f"store error: redis redis://127.0.0.1:{port}/0: ConnectionError: ")
-    assert "s3cret" not in message and "cuca@" not in message
+    assert "s3" not in message and "cret" not in message and "cuca" not in message
     await store.aclose()
+
+
+async def test_store_redis_uses_the_client_it_is_given(tmp_path: Path) -> None:
+    with redis_server(tmp_path) as server:
+        client = redis.Redis.from_url(server.url)
+        store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", client=client)  # not used
+        try:
+            await store.set("k", {"a": 1})
+            assert client.get("k") == b'{"a":1}'
+            assert await store.get("k") == {"a": 1}
+        finally:
+            await store.aclose()
 
 
 async def test_store_redis_ttl_reaches_the_server_in_milliseconds(tmp_path: Path) -> None:
