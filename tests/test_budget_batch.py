@@ -1,6 +1,6 @@
 """A Budget's batch reservations, without a server: what `reserve_batch` holds, for
 how long, what it refuses and how it says so, and what `settle_batch` charges and
-warns (docs/limits.md, Budgets and batches; the client's side is in test_batches.py)."""
+warns (docs/batches.md, on budgets; the client's side is in test_batches.py)."""
 
 from __future__ import annotations
 
