@@ -64,9 +64,10 @@ class Connection:
                     task_status.started()
                     started = True
                     await self._closing.wait()
-        except McpError:
-            raise
         except Exception as exc:  # the transport failed (often in an exception group)
+            first = _first(exc)
+            if isinstance(first, McpError):  # ours, from the handshake, through the
+                raise first from None  # transport's task group (HTTP's wraps it)
             if not started:
                 what = f"cannot connect: {_leaf(exc)}"
                 raise McpError(self.label, what, self.stderr_lines()) from None
@@ -140,9 +141,15 @@ class Connection:
             self.listed = None
 
 
-def _leaf(exc: BaseException) -> str:
-    """The first error inside ``exc``'s exception groups, as ``Type: message``."""
+def _first(exc: BaseException) -> BaseException:
+    """The first error inside ``exc``'s exception groups (``exc`` if it is no group)."""
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
+    return exc
+
+
+def _leaf(exc: BaseException) -> str:
+    """The first error inside ``exc``'s exception groups, as ``Type: message``."""
+    exc = _first(exc)
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
