@@ -86,6 +86,10 @@ async def test_mcp_server_handshake_and_paginated_tools(transport: str) -> None:
     async with ours(transport, "--page-size", "3") as server:
         assert (server.name, server.version) == ("cuca-test", "1.0.0")
         assert server.protocol_version
+        if transport == "stdio":  # the command line or the URL, as errors name it
+            assert server.label == f"{sys.executable} {SCRIPT} --page-size 3"
+        else:
+            assert server.label.startswith("http://127.0.0.1:")
         tools = await server.tools()
     names = [tool.name for tool in tools]
     assert names[:3] == ["echo", "get_weather", "add"] and len(names) == 14  # 5 pages
@@ -202,9 +206,7 @@ def test_mcp_result_text_resources_and_structured_beside_text() -> None:
 async def test_mcp_timeout_cancels_the_call_at_the_server(transport: str) -> None:
     async with ours(transport) as server:
         tools = await server.tools()
-        items, _ = await loop(
-            [calls_reply(("slow", {})), answer_reply()], tools, tool_timeout=0.5
-        )
+        items, _ = await loop([calls_reply(("slow", {})), answer_reply()], tools, tool_timeout=0.5)
         assert results(items)["call_0"] == ToolResult("call_0", "timed out after 0.5 s", True)
         count = {tool.name: tool for tool in tools}["cancellations"]
         with trio.fail_after(30):  # (a hang guard) the server handles it on its own time
@@ -258,9 +260,10 @@ async def test_mcp_stdio_env_and_cwd_reach_the_child(tmp_path: Any) -> None:
 
 
 async def test_mcp_http_headers_go_with_every_request() -> None:
-    async with http_server_process() as (url, _), McpServer.http(
-        url, headers={"X-Cuca-Test": "token-1"}
-    ) as server:
+    async with (
+        http_server_process() as (url, _),
+        McpServer.http(url, headers={"X-Cuca-Test": "token-1"}) as server,
+    ):
         assert await server.call_tool("header", {}) == "token-1"
 
 
