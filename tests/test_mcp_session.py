@@ -51,10 +51,11 @@ class Script:
             **{name.replace("__", "/"): handler for name, handler in handlers.items()},
         }
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.read: Any = None
         self.write: Any = None
 
     async def serve(self, read: Any, write: Any) -> None:
-        self.write = write
+        self.read, self.write = read, write
         async with trio.open_nursery() as nursery:
             async for received in read:
                 message = received.message
@@ -401,3 +402,38 @@ async def test_mcp_session_start_failure_stops_the_stderr_tail_and_shows_it() ->
             pytest.fail("the block ran without a session")
     assert raised.value.stderr == ("config file missing",)
     assert tail.stopped
+
+
+async def test_mcp_session_server_gone_when_a_call_is_sent_ends_the_session() -> None:
+    script = Script(tools__call=lambda params: {"content": []})
+    async with session(script) as server:
+        await script.read.aclose()  # nothing reads what the client sends
+        with pytest.raises(McpError) as raised:
+            await server.call_tool("echo", {})
+        message = "the session has ended: the server closed the connection"
+        assert str(raised.value) == f"mcp error (scripted --flag): {message}"
+        with pytest.raises(McpError, match="the server closed the connection"):
+            await server.tools()
+
+
+async def test_mcp_session_leaving_the_block_stops_the_stderr_tail() -> None:
+    tail = Tail()
+    async with _open(McpServer, "srv", memory(Script()), 10, tail) as server:  # type: ignore[arg-type]
+        assert server.name == "scripted"
+        assert not tail.stopped
+    assert tail.stopped
+
+
+async def test_mcp_session_start_failure_waits_a_moment_for_the_last_stderr_lines(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    tail = Tail("still writing")  # its end never closes: the wait is bounded
+
+    def refuse(params: dict[str, Any]) -> Any:
+        raise Refuse("Connection closed")
+
+    with pytest.raises(McpError) as raised:
+        async with _open(McpServer, "srv", memory(Script(initialize=refuse)), 10, tail):  # type: ignore[arg-type]
+            pytest.fail("the block ran without a session")
+    assert raised.value.message == "initialize failed: Connection closed"
+    assert raised.value.stderr == ("still writing",)
