@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import mcp_types as types
 import pytest
 import trio
@@ -437,3 +438,28 @@ async def test_mcp_session_start_failure_waits_a_moment_for_the_last_stderr_line
             pytest.fail("the block ran without a session")
     assert raised.value.message == "initialize failed: Connection closed"
     assert raised.value.stderr == ("still writing",)
+
+
+async def test_mcp_session_stream_gone_under_a_request_ends_the_session() -> None:
+    connection = Connection("srv", None)
+    connection._session = object()  # type: ignore[assignment]
+
+    async def lost(session: Any) -> str:
+        raise anyio.BrokenResourceError
+
+    with pytest.raises(McpError) as raised:
+        await connection.request(lost)
+    assert raised.value.message == "the session has ended: the server closed the connection"
+    assert connection.ended == raised.value.message
+
+
+async def test_mcp_session_requests_that_ended_are_not_kept() -> None:
+    connection = Connection("srv", None)
+    connection._session = object()  # type: ignore[assignment]
+
+    async def answer(session: Any) -> str:
+        return "done"
+
+    for _ in range(3):
+        assert await connection.request(answer) == "done"
+    assert not connection._in_flight  # only the requests in flight are cancelled by end()
