@@ -463,3 +463,13 @@ async def test_mcp_session_requests_that_ended_are_not_kept() -> None:
     for _ in range(3):
         assert await connection.request(answer) == "done"
     assert not connection._in_flight  # only the requests in flight are cancelled by end()
+
+
+async def test_mcp_session_initialize_on_streams_that_failed_says_why() -> None:
+    class Broken:
+        async def initialize(self) -> Any:
+            raise RuntimeError("the transport is closed")
+
+    with pytest.raises(McpError) as raised:
+        await Connection("srv", None)._initialize(Broken(), 10.0)  # type: ignore[arg-type]
+    assert raised.value.message == "initialize failed: the transport is closed"
