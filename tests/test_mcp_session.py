@@ -473,3 +473,15 @@ async def test_mcp_session_initialize_on_streams_that_failed_says_why() -> None:
     with pytest.raises(McpError) as raised:
         await Connection("srv", None)._initialize(Broken(), 10.0)  # type: ignore[arg-type]
     assert raised.value.message == "initialize failed: the transport is closed"
+
+
+async def test_mcp_session_no_answer_to_initialize_shows_the_last_stderr_lines(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    tail = Tail("loading index...")
+    script = Script(initialize=lambda params: None)
+    with pytest.raises(McpError) as raised:
+        async with _open(McpServer, "srv", memory(script), 30, tail):  # type: ignore[arg-type]
+            pytest.fail("the block ran without a session")
+    assert raised.value.message == "no answer to initialize within 30 s"
+    assert raised.value.stderr == ("loading index...",)
