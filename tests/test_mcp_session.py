@@ -327,6 +327,23 @@ async def test_mcp_session_error_answer_to_a_call_is_a_tool_failure() -> None:
     assert str(raised.value) == "error from the server: Unknown tool: nope"
 
 
+async def test_mcp_session_answer_that_is_not_a_tool_result_is_a_tool_failure() -> None:
+    """A call's answer the SDK cannot read as a tool result (a text block without its
+    text) is a ToolFailed naming what is wrong, as an error answer is: the model reads
+    that, not a pydantic report of twelve validation errors."""
+    answer = {"content": [{"type": "text"}]}
+    async with session(Script(tools__call=lambda params: answer)) as server:
+        with pytest.raises(ToolFailed) as raised:
+            await server.call_tool("now", {})
+        with pytest.raises(ToolFailed):  # the session goes on: the next call is asked too
+            await server.call_tool("now", {})
+    message = str(raised.value)
+    assert (
+        message
+        == "the server's answer is not a tool result (content.0.TextContent.text: Field required)"
+    )
+
+
 async def test_mcp_session_server_gone_mid_call_ends_the_session_for_every_later_use() -> None:
     script = Script(tools__call=lambda params: None)  # never answers
     async with session(script) as server:

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
+import pydantic
 import trio
 from mcp import MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -97,11 +98,17 @@ class McpServer:
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Call the server's tool ``name`` and return its result as text. A result with
         ``isError`` (or an error answer) raises :class:`~cuca.tools.ToolFailed` with
-        that text; a session that has ended raises :class:`~cuca.McpError`."""
+        that text, and so does an answer that is not a tool result (the SDK's check of
+        its shape, named); a session that has ended raises :class:`~cuca.McpError`."""
         try:
             result = await self._connection.request(lambda s: s.call_tool(name, dict(arguments)))
         except MCPError as exc:
             raise ToolFailed(f"error from the server: {exc.message}") from None
+        except pydantic.ValidationError as exc:  # the SDK checks the answer's shape
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            what = f"{where}: {first['msg']}" if where else first["msg"]
+            raise ToolFailed(f"the server's answer is not a tool result ({what})") from None
         if not isinstance(result, types.CallToolResult):
             raise ToolFailed(f"the server answered with a {type(result).__name__}")
         if result.is_error:
