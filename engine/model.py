@@ -165,6 +165,7 @@ class LocalModel:
         *,
         n_threads_batch: int | None = None,
         exact_reuse: bool = True,
+        flash_attention: bool = False,
         n_seq: int | None = None,
         state_budget: int = 0,
         embedding_batch: int = DEFAULT_EMBEDDING_BATCH,
@@ -200,6 +201,12 @@ class LocalModel:
         from a fresh one. Both use llama-cpp-python's kernels (no flash attention,
         ``n_batch``-row steps). docs/local-engine.md has the numbers.
 
+        ``flash_attention`` runs llama.cpp's flash attention kernel, as llama-server
+        does by default on a CPU: less work per token when several conversations decode
+        together. It needs ``exact_reuse=False`` (the exact mode's bit-for-bit guarantee
+        is measured without it), so the pair is the engine's throughput setting:
+        ``cuca serve --fast``.
+
         Raises :class:`~cuca.errors.ConfigurationError` when llama-cpp-python is missing,
         the file is missing or not GGUF, llama.cpp cannot load it, it has no template, or
         ``n_ctx`` is not a size llama.cpp keeps (a multiple of 256).
@@ -218,6 +225,11 @@ class LocalModel:
                 raise ConfigurationError(f"{name} must be >= 1, got {value}")
         if state_budget < 0:
             raise ConfigurationError(f"state_budget must be >= 0, got {state_budget}")
+        if exact_reuse and flash_attention:
+            raise ConfigurationError(
+                "flash_attention needs exact_reuse=False: the exact mode's guarantee "
+                "is measured without flash attention"
+            )
         if exact_reuse and n_batch < TOGETHER_ROWS:
             raise ConfigurationError(
                 f"n_batch must be >= {TOGETHER_ROWS} with exact_reuse"
@@ -230,7 +242,7 @@ class LocalModel:
             n_ctx=n_ctx,
             n_batch=n_batch,
             n_ubatch=n_batch,
-            flash_attention=False,
+            flash_attention=flash_attention,
             n_threads=one_row if n_threads is None else n_threads,
             n_threads_batch=many_rows if n_threads_batch is None else n_threads_batch,
             n_seq=sequences,

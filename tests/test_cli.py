@@ -325,6 +325,7 @@ async def test_cli_bad_flags_exit_2(args: list[str], fragment: str) -> None:
         (["--base-url", "http://127.0.0.1:1"], "--base-url cannot be used with --provider local"),
         (["--provider", "vllm"], "--provider vllm needs a model"),
         (["--provider", "openai", "--api-key", "k", "--model-path", "m.gguf"], "--model-path"),
+        (["--provider", "openai", "--api-key", "k", "--fast"], "--fast cannot be used"),
     ],
 )
 async def test_cli_inconsistent_flags_exit_2(args: list[str], fragment: str) -> None:

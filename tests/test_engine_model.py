@@ -588,6 +588,35 @@ async def test_model_fast_mode_generates() -> None:
         assert usage_of(summary)[3] <= 5
 
 
+async def test_model_fast_mode_with_flash_attention_batches_and_reuses() -> None:
+    """``cuca serve --fast``'s engine: two turns at once on their own sequences, then a
+    conversation's next turn reading its first turn back from the cache."""
+    with load(exact_reuse=False, flash_attention=True, n_seq=2) as fast:
+        results: list[tuple[list[Any], TurnSummary | None]] = []
+
+        async def one(text: str) -> None:
+            results.append(await run_turn(fast, ask(text, max_tokens=6)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "Name a river.")
+            nursery.start_soon(one, "Name a mountain.")
+        assert fast.peak_concurrency == 2
+        assert all(text_of(items) for items, _ in results)
+        first = ask("Name a bird.", max_tokens=6)
+        items, summary = await run_turn(fast, first)
+        prompt = usage_of(summary)[0]
+        again = first.add_assistant_message(text_of(items)).add_user_message("Why?")
+        _, summary = await run_turn(fast, again)
+        assert usage_of(summary)[1] >= prompt  # the first turn's prompt, read back
+
+
+def test_model_flash_attention_needs_the_fast_mode() -> None:
+    """The exact mode's guarantee is measured without flash attention: asking for both
+    is refused at load, before llama.cpp is touched."""
+    with pytest.raises(ConfigurationError, match="flash_attention needs exact_reuse=False"):
+        load(flash_attention=True)
+
+
 async def test_model_context_full() -> None:
     with load(n_ctx=256) as small:
         _, summary = await run_turn(small, ask(STORY, max_tokens=500, temperature=0.0))

@@ -66,13 +66,15 @@ def test_serve_cli_config_file_maps_names_to_backends(tmp_path: Path) -> None:
     config = tmp_path / "serve.toml"
     config.write_text(
         '[server]\nport = 9000\n\n'
-        '[models."smol"]\nprovider = "local"\npath = "m.gguf"\nparallel = 2\n\n'
+        '[models."smol"]\nprovider = "local"\npath = "m.gguf"\nparallel = 2\nfast = true\n\n'
         '[models."gpt"]\nprovider = "openai"\nmodel = "gpt-4o-mini"\ntimeout = 60\n'
         'api_key_env = "MY_KEY"\n'
     )
     spec = resolve_serve(_args("--config", str(config)), {"MY_KEY": "sk-mine"})
     smol, gpt = spec.backends
     assert (smol.name, smol.path, smol.parallel) == ("smol", tmp_path / "m.gguf", 2)
+    assert smol.fast
+    assert not gpt.fast
     assert (gpt.provider, gpt.model, gpt.timeout, gpt.api_key) == (
         ProviderEndpoint.OPENAI,
         "gpt-4o-mini",
@@ -86,6 +88,32 @@ def test_serve_cli_config_file_refuses_a_wrong_type(tmp_path: Path) -> None:
     config = tmp_path / "serve.toml"
     config.write_text('[models."x"]\nprovider = "openai"\nretries = "two"\n')
     with pytest.raises(ConfigurationError, match=r"models\.x\.retries must be int"):
+        resolve_serve(_args("--config", str(config)), {})
+
+
+def test_serve_cli_fast_loads_the_engine_for_throughput(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--fast`` is the engine's throughput setting (what bench_serve.py's second cuca
+    row runs): flash attention on and reuse not bit-exact; without it the exact mode; and
+    a gateway refuses it, as it refuses every model-file option."""
+    from cuca.engine import LocalModel
+    from cuca.serve import build
+
+    loads: list[dict[str, object]] = []
+    monkeypatch.setattr(LocalModel, "load", lambda path, **kw: loads.append(kw))
+    for argv in (["m.gguf", "--fast"], ["m.gguf"]):
+        (backend,) = resolve_serve(_args(*argv), {}).backends
+        build._load(backend)
+    fast, exact = loads
+    assert (fast["exact_reuse"], fast["flash_attention"]) == (False, True)
+    assert (exact["exact_reuse"], exact["flash_attention"]) == (True, False)
+    with pytest.raises(CliError, match="options are for the local engine"):
+        resolve_serve(_args("--provider", "openai", "--fast"), {})
+
+
+def test_serve_cli_config_file_refuses_a_fast_that_is_not_a_boolean(tmp_path: Path) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text('[models."x"]\nprovider = "local"\nfast = "yes"\n')
+    with pytest.raises(ConfigurationError, match=r"models\.x\.fast must be bool"):
         resolve_serve(_args("--config", str(config)), {})
 
 

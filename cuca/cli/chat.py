@@ -96,6 +96,8 @@ def _load_model(settings: ChatSettings) -> LocalModel:
         n_ctx=settings.ctx or DEFAULT_CTX,
         n_threads=settings.threads,
         chat_template=template,
+        exact_reuse=not settings.fast,
+        flash_attention=settings.fast,
     )
 
 

@@ -65,6 +65,7 @@ _KEY_ALWAYS = frozenset(info.kind for info in ENDPOINTS if info.key_always)
 _LOCAL_ONLY = {
     "model_path": "--model-path",
     "ctx": "--ctx",
+    "fast": "--fast",
     "chat_template_file": "--chat-template-file",
 }
 _HTTP_ONLY = {
@@ -107,6 +108,8 @@ class ChatSettings:
     model_path: Path | None = None
     threads: int | None = None
     ctx: int | None = None
+    fast: bool = False
+    """The engine's throughput setting (``exact_reuse=False``, flash attention)."""
     chat_template_file: Path | None = None
     json: bool = False
     timeout: float | None = None
@@ -252,6 +255,7 @@ def resolve_chat(
         model_path=model_path,
         threads=args.threads,
         ctx=args.ctx,
+        fast=bool(args.fast),
         chat_template_file=_path(args.chat_template_file),
         json=bool(args.json),
         timeout=args.timeout,

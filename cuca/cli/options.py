@@ -80,6 +80,12 @@ def _add_chat(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     chat.add_argument("--threads", type=_count(1), metavar="N", help="CPU threads")
     chat.add_argument("--ctx", type=_count(1), metavar="N", help="context size (local)")
     chat.add_argument(
+        "--fast",
+        action="store_true",
+        default=None,
+        help="trade bit-exact reuse for speed: flash attention, any cached token reused (local)",
+    )
+    chat.add_argument(
         "--chat-template-file", metavar="FILE", help="a jinja chat template (local provider)"
     )
     chat.add_argument("--json", action="store_true", help="one JSON line per stream item")
@@ -171,6 +177,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument("--threads", type=_count(1), metavar="N", help="CPU threads")
     serve.add_argument("--ctx", type=_count(1), metavar="N", help="context size (local)")
+    serve.add_argument(
+        "--fast",
+        action="store_true",
+        default=None,
+        help="trade bit-exact reuse for speed: flash attention, any cached token reused (local)",
+    )
     serve.add_argument(
         "--parallel", type=_count(1), metavar="N", help="conversations decoded together (local)"
     )

@@ -42,9 +42,10 @@ def _backend(args: argparse.Namespace, env: Mapping[str, str]) -> BackendSpec:
             ctx=args.ctx,
             threads=args.threads,
             parallel=args.parallel,
+            fast=bool(args.fast),
             chat_template_file=template,
         )
-    if args.path or template or args.ctx or args.parallel:
+    if args.path or template or args.ctx or args.parallel or args.fast:
         raise CliError("a model file and its options are for the local engine")
     return BackendSpec(
         args.model or "*",

@@ -54,6 +54,8 @@ def _load(spec: BackendSpec) -> LocalModel:
         n_threads_batch=spec.threads,
         chat_template=template,
         n_seq=spec.parallel or DEFAULT_PARALLEL,
+        exact_reuse=not spec.fast,
+        flash_attention=spec.fast,
     )
 
 
@@ -124,7 +126,13 @@ async def open_backends(spec: ServeSpec) -> AsyncIterator[dict[str, Backend]]:
         for backend in spec.backends:
             model = None
             if backend.is_local:
-                key = (backend.path, backend.ctx, backend.chat_template_file, backend.parallel)
+                key = (
+                    backend.path,
+                    backend.ctx,
+                    backend.chat_template_file,
+                    backend.parallel,
+                    backend.fast,
+                )
                 if key not in loaded:
                     loaded[key] = await trio.to_thread.run_sync(_load, backend)
                     stack.callback(loaded[key].close)

@@ -17,6 +17,7 @@ A file names each served model under ``[models."NAME"]``::
     path = "~/models/SmolLM2-135M-Instruct-Q8_0.gguf"
     ctx = 4096
     parallel = 4                     # conversations decoded together
+    fast = false                     # true: flash attention, reuse not bit-exact
     chat_template_file = "think.jinja"
 
     [models."gpt-4o-mini"]
@@ -74,6 +75,9 @@ class BackendSpec:
     ctx: int | None = None
     threads: int | None = None
     parallel: int | None = None
+    fast: bool = False
+    """The engine's throughput setting: ``exact_reuse=False`` and flash attention (see
+    docs/serve.md, Benchmark)."""
     chat_template_file: Path | None = None
     timeout: float | None = None
     retries: int | None = None
@@ -151,6 +155,7 @@ def _backend(name: str, table: Any, env: Mapping[str, str], base: Path) -> Backe
         ctx=_of(table, "ctx", int, where),
         threads=_of(table, "threads", int, where),
         parallel=_of(table, "parallel", int, where),
+        fast=bool(_of(table, "fast", bool, where)),
         chat_template_file=(base / Path(template).expanduser()) if template else None,
         timeout=_of(table, "timeout", float, where),
         retries=_of(table, "retries", int, where),
