@@ -16,7 +16,10 @@ The rules, for a new prompt, among the sequences no turn is using:
    goes to an empty sequence, else to the least recently used one (whose conversation
    is evicted, and saved in RAM first when a budget allows it). A shared prefix of at
    least :data:`COPY_ABOVE` tokens (a system prompt, the same prompt again) is copied
-   there first.
+   there first. But when no free sequence is empty, a history is lost either way: the
+   turn then cuts the tail of the sequence it shares a prefix with, in place, if that
+   tail is no longer than the least recently used conversation (as llama-server's
+   slots do with the same prompt again: the copy and the eviction both cost more).
 4. A saved state that shares more with the prompt than any sequence is restored into
    the sequence rule 3 picks.
 """
@@ -130,6 +133,10 @@ class SequenceTable:
             return self._take(victim, placement)
         if keep and len(best.tokens) - keep <= SAME_CONVERSATION:
             return self._take(best, Placement(best.seq_id, keep))
+        if keep and not empty and len(best.tokens) - keep <= len(victim.tokens):
+            # every free sequence holds a conversation: cutting the tail of the one that
+            # shares the prefix loses fewer cached tokens than evicting another whole
+            return self._take(best, Placement(best.seq_id, keep, evicted=tuple(best.tokens)))
         evicted = tuple(victim.tokens)
         if victim is best:
             return self._take(best, Placement(best.seq_id, keep, evicted=evicted))

@@ -104,6 +104,30 @@ def test_sequences_the_same_prompt_again_is_copied_beside_its_answer() -> None:
     assert sequences.place(prompt) == Placement(1, len(prompt) - 1, copy_from=0)
 
 
+def test_sequences_with_none_empty_the_same_prompt_again_cuts_its_own_answer() -> None:
+    """Every free sequence holds a conversation: copying the prompt beside its answer
+    would evict another whole conversation (and cost a copy), so the answer's tail goes
+    instead, as llama-server's slots do; the other conversations keep their sequences."""
+    prompt, other = list(range(10, 30)), list(range(50, 80))
+    sequences = table([*prompt, 1, 2, 3, 4, 5, 6], other)
+    sequences.slots[0].last_used, sequences.slots[1].last_used = 2, 1  # 1 is the victim
+    placement = sequences.place(prompt)
+    assert placement == Placement(0, len(prompt) - 1, evicted=(*prompt, 1, 2, 3, 4, 5, 6))
+    assert sequences.slots[0].tokens == prompt[:-1]
+    assert sequences.slots[1].tokens == other
+
+
+def test_sequences_with_none_empty_a_long_tail_still_evicts_a_shorter_conversation() -> None:
+    """The cheaper loss wins: a branch whose cut would drop more cached tokens than the
+    least recently used conversation holds copies its prefix over that one instead."""
+    prompt, short = list(range(10, 30)), list(range(50, 55))
+    sequences = table([*prompt, *range(200, 230)], short)
+    sequences.slots[0].last_used, sequences.slots[1].last_used = 2, 1
+    placement = sequences.place([*prompt[:-1], 999])
+    assert placement == Placement(1, len(prompt) - 1, copy_from=0, evicted=tuple(short))
+    assert sequences.slots[0].tokens == [*prompt, *range(200, 230)]
+
+
 def test_sequences_a_prefix_shorter_than_a_copy_is_worth_is_prefilled() -> None:
     sequences = table(list(range(1, 21)), [])
     short = [1, 2, 3, 4, 5, 6, 7, 50, 51]  # 7 shared tokens: a copy costs more
