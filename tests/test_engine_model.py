@@ -610,6 +610,33 @@ async def test_model_fast_mode_with_flash_attention_batches_and_reuses() -> None
         assert usage_of(summary)[1] >= prompt  # the first turn's prompt, read back
 
 
+async def test_model_fast_mode_steps_rows_in_ascending_sequence_order() -> None:
+    """Turns that arrive in another order than their sequences' ids still share one step
+    in ascending order: llama.cpp runs a step of separate sequences' caches as several
+    where an id is out of order (four rows as [2, 0, 3, 1] ran as two steps of two)."""
+    with load(exact_reuse=False, flash_attention=True, n_seq=3) as fast:
+        steps: list[list[int]] = []
+        backend = fast._backend
+        decode = backend.decode
+
+        def spied(batch: Any) -> int:
+            raw = batch.raw
+            steps.append([raw.seq_id[i][0] for i in range(raw.n_tokens)])
+            return int(decode(batch))
+
+        backend.decode = spied  # type: ignore[method-assign]
+        prompts = ["Name a river.", "Name a mountain.", "Name a bird."]
+        for order in (prompts, prompts[::-1]):  # the second round comes in reverse
+            async with trio.open_nursery() as nursery:
+                for text in order:
+                    nursery.start_soon(run_turn, fast, ask(text, max_tokens=8))
+                    await trio.sleep(0)
+        assert fast.peak_concurrency == 3
+        together = [step for step in steps if len(set(step)) == 3]
+        assert together  # three sequences shared steps
+        assert all(step == sorted(step) for step in steps), steps
+
+
 def test_model_flash_attention_needs_the_fast_mode() -> None:
     """The exact mode's guarantee is measured without flash attention: asking for both
     is refused at load, before llama.cpp is touched."""
