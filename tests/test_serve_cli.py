@@ -117,6 +117,19 @@ def test_serve_cli_config_file_refuses_a_fast_that_is_not_a_boolean(tmp_path: Pa
         resolve_serve(_args("--config", str(config)), {})
 
 
+@pytest.mark.parametrize("option", ["path = \"m.gguf\"", "ctx = 2048", "fast = true"])
+def test_serve_cli_config_file_refuses_a_model_option_on_a_gateway(
+    tmp_path: Path, option: str
+) -> None:
+    """A local engine's option on a gateway's route would be ignored: it is refused at
+    start, naming the key, as the command line refuses ``--fast`` with ``--provider``."""
+    config = tmp_path / "serve.toml"
+    config.write_text(f'[models."gpt"]\nprovider = "openai"\n{option}\n')
+    key = option.split(" ")[0]
+    with pytest.raises(ConfigurationError, match=rf"models\.gpt\.{key} is for the local engine"):
+        resolve_serve(_args("--config", str(config)), {})
+
+
 async def test_serve_cli_config_file_gives_a_route_its_client_features(tmp_path: Path) -> None:
     from cuca.cache import ResponseCache
     from cuca.limits import Budget, RateLimiter

@@ -130,6 +130,10 @@ def _of(table: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+_LOCAL_OPTIONS = ("path", "ctx", "threads", "parallel", "fast", "chat_template_file")
+"""A route's keys that only the local engine reads: refused on a gateway's route."""
+
+
 def _backend(name: str, table: Any, env: Mapping[str, str], base: Path) -> BackendSpec:
     where = f"models.{name}"
     if not isinstance(table, dict):
@@ -139,6 +143,11 @@ def _backend(name: str, table: Any, env: Mapping[str, str], base: Path) -> Backe
     template = _of(table, "chat_template_file", str, where)
     key = None
     if provider != ProviderEndpoint.LOCAL:
+        for option in _LOCAL_OPTIONS:
+            if table.get(option) is not None:
+                raise ConfigurationError(
+                    f"{where}.{option} is for the local engine, not a {provider.kind} gateway"
+                )
         variable = _of(table, "api_key_env", str, where)
         key = env.get(variable) if variable else env_key(provider.kind, env)
     elif path is None:
